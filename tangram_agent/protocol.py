@@ -1,0 +1,120 @@
+"""The agent <-> server websocket protocol: JSON text frames, one message each.
+
+The agent connects to ``{server}/ws/agent/`` with ``Authorization: Bearer
+<agent token>`` and speaks first. The server (apps.inventory.consumers)
+imports this module so that both sides share one definition.
+
+Agent -> server
+  register   {type, protocol, node, capacity, executors, warm, labels, running}
+             ``running`` lists ``{action, attempt}`` the agent still executes
+             (after a reconnect); the server re-sends every assignment of this
+             node that the agent does not hold and re-queues any it thinks is
+             running there but the agent no longer has.
+  heartbeat  {type, running}
+  started    {type, action, attempt, started_at}
+  result     {type, action, attempt, state, exit_code, stdout, stderr,
+              stdout_truncated, stderr_truncated, error, started_at, finished_at}
+             ``state`` is one of RESULT_STATES. Sent until acknowledged: the
+             agent keeps unacknowledged results and re-sends them after a
+             reconnect. The server records the first one for the attempt and
+             acknowledges every copy.
+
+Server -> agent
+  registered {type, node_id, heartbeat_interval_s, lease_s}
+  assign     {type, action: Assignment}
+  cancel     {type, action, attempt}
+  ack        {type, action, attempt}
+  error      {type, message}   (then the server closes the socket)
+
+Times are Unix seconds (float). A lease: a node whose last message is older
+than ``lease_s`` is lost; its assigned and running actions go back to the queue
+with ``attempt + 1``, so a late result of the old attempt is acknowledged and
+ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+PROTOCOL_VERSION = 1
+
+RESULT_STATES = ("succeeded", "failed", "timed_out", "cancelled")
+ResultState = Literal["succeeded", "failed", "timed_out", "cancelled"]
+
+
+class ActionRef(TypedDict):
+    action: str
+    attempt: int
+
+
+class Assignment(TypedDict):
+    id: str
+    attempt: int
+    type: str
+    payload: dict[str, Any]
+    #: Resources reserved for this action on the node (cpu cores, memory MiB ...).
+    allocation: dict[str, float]
+    units: int
+    timeout_s: float
+
+
+class Register(TypedDict):
+    type: Literal["register"]
+    protocol: int
+    node: str
+    capacity: dict[str, float]
+    executors: list[str]
+    warm: list[str]
+    labels: dict[str, str]
+    running: list[ActionRef]
+
+
+class Heartbeat(TypedDict):
+    type: Literal["heartbeat"]
+    running: list[ActionRef]
+
+
+class Started(TypedDict):
+    type: Literal["started"]
+    action: str
+    attempt: int
+    started_at: float
+
+
+class Result(TypedDict):
+    type: Literal["result"]
+    action: str
+    attempt: int
+    state: ResultState
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    error: str
+    started_at: float | None
+    finished_at: float
+
+
+class Registered(TypedDict):
+    type: Literal["registered"]
+    node_id: str
+    heartbeat_interval_s: float
+    lease_s: float
+
+
+class Assign(TypedDict):
+    type: Literal["assign"]
+    action: Assignment
+
+
+class Cancel(TypedDict):
+    type: Literal["cancel"]
+    action: str
+    attempt: int
+
+
+class Ack(TypedDict):
+    type: Literal["ack"]
+    action: str
+    attempt: int

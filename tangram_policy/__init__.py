@@ -1,0 +1,1 @@
+"""Scheduling policies for Tangram: pure, typed Python with no Django import."""

@@ -1,0 +1,105 @@
+"""An in-memory ledger of node capacity and tenant usage for one scheduling round.
+
+Policies place actions against the ledger so that every placement in a
+decision sees the ones before it: no node goes over capacity and no tenant
+over its limit, whatever order the policy chooses.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from tangram_policy.types import EPSILON, Node, Resources, Snapshot, TenantQuota
+
+
+def add(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    out = dict(a)
+    for kind, amount in b.items():
+        out[kind] = out.get(kind, 0.0) + amount
+    return out
+
+
+def fits(demand: Resources, free: Mapping[str, float]) -> bool:
+    return all(amount <= free.get(kind, 0.0) + EPSILON for kind, amount in demand.items() if amount)
+
+
+class Ledger:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.nodes: dict[str, Node] = {node.id: node for node in snapshot.nodes}
+        self.free: dict[str, dict[str, float]] = {
+            node.id: dict(node.capacity) for node in snapshot.nodes
+        }
+        self.usage: dict[str, dict[str, float]] = defaultdict(dict)
+        self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
+        for running in snapshot.running:
+            self.take(running.tenant, running.node, running.allocation)
+
+    def take(self, tenant: str, node_id: str, allocation: Resources) -> None:
+        free = self.free.get(node_id)
+        if free is not None:
+            for kind, amount in allocation.items():
+                free[kind] = free.get(kind, 0.0) - amount
+        usage = self.usage[tenant]
+        for kind, amount in allocation.items():
+            usage[kind] = usage.get(kind, 0.0) + amount
+
+    def within_guarantee(self, tenant: str, demand: Resources) -> bool:
+        quota = self.quotas.get(tenant)
+        guaranteed = quota.guaranteed if quota else {}
+        usage = self.usage[tenant]
+        return all(
+            usage.get(kind, 0.0) + amount <= guaranteed.get(kind, 0.0) + EPSILON
+            for kind, amount in demand.items()
+            if amount
+        )
+
+    def within_limit(self, tenant: str, demand: Resources) -> bool:
+        quota = self.quotas.get(tenant)
+        if quota is None:
+            return True
+        usage = self.usage[tenant]
+        return all(
+            usage.get(kind, 0.0) + amount <= quota.limit[kind] + EPSILON
+            for kind, amount in demand.items()
+            if amount and kind in quota.limit
+        )
+
+    def unlent_guarantee(self, exclude: str) -> dict[str, float]:
+        """Idle guarantee of tenants that do not lend it: borrowers must leave it free."""
+        reserved: dict[str, float] = {}
+        for tenant, quota in self.quotas.items():
+            if tenant == exclude or quota.lend_guarantee:
+                continue
+            usage = self.usage.get(tenant, {})
+            for kind, amount in quota.guaranteed.items():
+                idle = amount - usage.get(kind, 0.0)
+                if idle > 0:
+                    reserved[kind] = reserved.get(kind, 0.0) + idle
+        return reserved
+
+    def total_free(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for free in self.free.values():
+            for kind, amount in free.items():
+                total[kind] = total.get(kind, 0.0) + amount
+        return total
+
+    def best_fit(self, demand: Resources, action_type: str, candidates: Iterable[str]) -> str | None:
+        """The node that leaves the least normalised slack after taking ``demand``."""
+        best: tuple[float, str] | None = None
+        for node_id in candidates:
+            node = self.nodes[node_id]
+            if action_type not in node.executors:
+                continue
+            free = self.free[node_id]
+            if not fits(demand, free):
+                continue
+            slack = sum(
+                (free.get(kind, 0.0) - demand.get(kind, 0.0)) / cap
+                for kind, cap in node.capacity.items()
+                if cap > 0
+            )
+            if best is None or (slack, node_id) < best:
+                best = (slack, node_id)
+        return best[1] if best else None

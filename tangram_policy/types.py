@@ -1,0 +1,134 @@
+"""The policy's contract: plain frozen dataclasses in, a decision out.
+
+The live scheduler (apps.scheduling) builds a ``Snapshot`` from Postgres, the
+simulator (tangram_sim) builds one from its event queue; both hand it to the
+same ``Policy.decide``. Nothing here imports Django.
+
+Resources are ``Mapping[str, float]`` keyed by resource kind: ``cpu`` (cores),
+``memory`` (MiB), ``gpu`` (devices), ``gpu_memory`` (MiB) and named API quotas
+(``api:<name>``, in concurrent calls). A kind absent from a mapping is zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+Resources = Mapping[str, float]
+
+#: Tolerance for float comparisons of resource amounts.
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Elasticity:
+    """How an action scales with more units of ``unit_kind``.
+
+    ``demand`` of a ``PendingAction`` is for ``min_units``; each extra unit adds
+    ``demand[unit_kind] / min_units`` of that kind (other kinds stay fixed).
+    Speedup follows Amdahl's law with ``parallel_fraction``.
+    """
+
+    min_units: int = 1
+    max_units: int = 1
+    parallel_fraction: float = 0.0
+    unit_kind: str = "cpu"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAction:
+    id: str
+    tenant: str
+    type: str
+    demand: Resources
+    submitted_at: float
+    priority: int = 0
+    job: str = ""
+    trajectory: str = ""
+    duration_hint_s: float | None = None
+    elasticity: Elasticity = field(default_factory=Elasticity)
+    #: Warm-state keys that skip setup on a node that has them, e.g. ``image:python3``.
+    affinity: frozenset[str] = frozenset()
+    #: Actions sharing a key (e.g. a reward model) may be coalesced into one batch.
+    batch_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningAction:
+    id: str
+    tenant: str
+    type: str
+    node: str
+    allocation: Resources
+    started_at: float
+    expected_end: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node offers ``type`` if ``type`` is in ``executors``."""
+
+    id: str
+    capacity: Resources
+    #: Executor types this node runs (``sandbox.python``, ``sleep`` ...).
+    executors: frozenset[str]
+    #: Warm-state keys present on the node (images pulled, models resident).
+    warm: frozenset[str] = frozenset()
+    #: GPU ids grouped by interconnect (one tuple per NVLink/host group).
+    gpu_groups: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A kind absent from ``guaranteed`` is 0; a kind absent from ``limit`` is unlimited.
+
+    A tenant absent from ``Snapshot.quotas`` has no guarantee and no limit.
+    """
+
+    tenant: str
+    guaranteed: Resources
+    limit: Resources
+    weight: float = 1.0
+    #: Whether this tenant's idle guarantee may be lent to borrowers.
+    lend_guarantee: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DurationStat:
+    """Observed run durations for one (tenant, action type)."""
+
+    count: int
+    mean_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[Node, ...]
+    quotas: Mapping[str, TenantQuota]
+    pending: tuple[PendingAction, ...]
+    running: tuple[RunningAction, ...]
+    duration_stats: Mapping[tuple[str, str], DurationStat] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    action_id: str
+    node_id: str
+    #: Total resources reserved on the node for this action.
+    allocation: Resources
+    units: int = 1
+    #: Placements sharing a batch id run together as one execution.
+    batch_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    placements: tuple[Placement, ...] = ()
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, snapshot: Snapshot) -> Decision: ...
