@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.inventory.models import Node
+from apps.tenants.models import Tenant
+
+
+class ActionState(models.TextChoices):
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+TERMINAL_STATES = frozenset(
+    {ActionState.SUCCEEDED, ActionState.FAILED, ActionState.CANCELLED, ActionState.TIMED_OUT}
+)
+PLACED_STATES = frozenset({ActionState.ASSIGNED, ActionState.RUNNING})
+
+
+class Action(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="actions")
+    job = models.CharField(max_length=200, blank=True, db_index=True)
+    trajectory = models.CharField(max_length=200, blank=True)
+    type = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict)
+    demand = models.JSONField(default=dict)
+    priority = models.IntegerField(default=0)
+    timeout_s = models.FloatField()
+    duration_hint_s = models.FloatField(null=True, blank=True)
+
+    state = models.CharField(max_length=16, choices=ActionState.choices, default=ActionState.QUEUED)
+    attempt = models.PositiveIntegerField(default=1)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+    allocation = models.JSONField(default=dict, blank=True)
+    units = models.PositiveIntegerField(default=1)
+
+    exit_code = models.IntegerField(null=True, blank=True)
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+    stdout_truncated = models.BooleanField(default=False)
+    stderr_truncated = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+
+    submitted_at = models.DateTimeField(default=timezone.now)
+    assigned_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["priority", "submitted_at"],
+                condition=Q(state="queued"),
+                name="action_queue_idx",
+            ),
+            models.Index(fields=["tenant", "state"], name="action_tenant_state_idx"),
+            models.Index(fields=["node", "state"], name="action_node_state_idx"),
+            models.Index(fields=["tenant", "type", "finished_at"], name="action_stats_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in ActionState]), name="action_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(state__in=["assigned", "running"]) | Q(node__isnull=False),
+                name="action_placed_has_node",
+            ),
+            models.CheckConstraint(condition=Q(timeout_s__gt=0), name="action_timeout_gt_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.id} ({self.state})"
+
+    @property
+    def act_s(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.submitted_at).total_seconds()
+
+
+class ActionEvent(models.Model):
+    """One state transition, so that ACT and its parts (wait, setup, run) are known."""
+
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="events")
+    state = models.CharField(max_length=16, choices=ActionState.choices)
+    attempt = models.PositiveIntegerField()
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+    at = models.DateTimeField()
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["action", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.action_id} {self.state} at {self.at:%H:%M:%S.%f}"

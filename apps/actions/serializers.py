@@ -1,0 +1,111 @@
+"""Input and output shapes of actions on the API."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+
+from apps.actions.models import Action
+from apps.actions.types import ACTION_TYPES, is_resource_kind
+from apps.core.exceptions import ApplicationError
+
+
+class ActionInputSerializer(serializers.Serializer):
+    type = serializers.CharField(max_length=64)
+    payload = serializers.JSONField(default=dict)
+    job = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    trajectory = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    demand = serializers.JSONField(required=False)
+    priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
+    timeout_s = serializers.FloatField(required=False, min_value=0.001)
+    duration_hint_s = serializers.FloatField(required=False, min_value=0, allow_null=True)
+
+    def validate_type(self, value: str) -> str:
+        if value not in ACTION_TYPES:
+            raise serializers.ValidationError(
+                f"Unknown action type {value!r}; known types: {', '.join(sorted(ACTION_TYPES))}."
+            )
+        return value
+
+    def validate_payload(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("Must be a JSON object.")
+        size = len(json.dumps(value))
+        if size > settings.TANGRAM_MAX_PAYLOAD_BYTES:
+            raise serializers.ValidationError(
+                f"Payload is {size} bytes; the limit is {settings.TANGRAM_MAX_PAYLOAD_BYTES}."
+            )
+        return value
+
+    def validate_demand(self, value: Any) -> dict[str, float]:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("Must be an object of resource kind to amount.")
+        errors: dict[str, str] = {}
+        for kind, amount in value.items():
+            if not is_resource_kind(kind):
+                errors[kind] = (
+                    "Unknown resource kind; use cpu, memory, gpu, gpu_memory or api:<name>."
+                )
+            elif isinstance(amount, bool) or not isinstance(amount, int | float):
+                errors[kind] = "Must be a number."
+            elif not math.isfinite(amount) or amount < 0:
+                errors[kind] = "Must be a finite number >= 0."
+        if errors:
+            raise serializers.ValidationError(errors)
+        return {kind: float(amount) for kind, amount in value.items()}
+
+    def validate_timeout_s(self, value: float) -> float:
+        if value > settings.TANGRAM_MAX_TIMEOUT_S:
+            raise serializers.ValidationError(
+                f"Must be at most {settings.TANGRAM_MAX_TIMEOUT_S} seconds."
+            )
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        action_type = ACTION_TYPES[attrs["type"]]
+        try:
+            action_type.check_payload(attrs["payload"])
+        except ApplicationError as exc:
+            raise serializers.ValidationError({exc.field or "payload": [exc.message]}) from None
+        if "demand" not in attrs:
+            attrs["demand"] = dict(action_type.default_demand)
+        attrs.setdefault("timeout_s", settings.TANGRAM_DEFAULT_TIMEOUT_S)
+        return attrs
+
+
+class ActionOutputSerializer(serializers.ModelSerializer):
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    act_s = serializers.FloatField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Action
+        fields = [
+            "id",
+            "type",
+            "job",
+            "trajectory",
+            "state",
+            "priority",
+            "demand",
+            "timeout_s",
+            "attempt",
+            "node",
+            "allocation",
+            "units",
+            "exit_code",
+            "stdout",
+            "stderr",
+            "stdout_truncated",
+            "stderr_truncated",
+            "error",
+            "submitted_at",
+            "assigned_at",
+            "started_at",
+            "finished_at",
+            "act_s",
+        ]
+        read_only_fields = fields

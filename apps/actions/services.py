@@ -1,0 +1,227 @@
+"""Writes for actions: submit, cancel, started, result, requeue.
+
+Every state transition is a conditional UPDATE (``filter(state=expected)``), so
+two writers racing on one action cannot both win, and each transition writes
+an ``ActionEvent``. Side effects run after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from apps.actions.models import PLACED_STATES, Action, ActionEvent, ActionState
+from apps.core import events
+from apps.core.exceptions import ApplicationError, ConflictError
+from apps.inventory import selectors as inventory_selectors
+from apps.tenants.models import Tenant
+from apps.tenants.selectors import quota_list
+from tangram_agent.protocol import RESULT_STATES, Result
+
+logger = logging.getLogger(__name__)
+
+
+def _check_fits(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) -> None:
+    """Refuse demand that no node could ever hold or that is beyond the tenant's limit."""
+    limits = {q.resource: q.limit for q in quota_list(tenant=tenant)}
+    largest = inventory_selectors.node_largest_capacity()
+    for index, spec in enumerate(specs):
+        prefix = f"{index}." if bulk else ""
+        for kind, amount in spec["demand"].items():
+            if kind in limits and amount > limits[kind]:
+                raise ApplicationError(
+                    f"demand.{kind}={amount:g} is beyond tenant {tenant.name}'s limit of "
+                    f"{limits[kind]:g}.",
+                    field=f"{prefix}demand.{kind}",
+                )
+        capacity = largest.get(spec["type"])
+        if capacity is None:
+            continue  # no node offers this type yet; it waits for one to register
+        for kind, amount in spec["demand"].items():
+            if amount > capacity.get(kind, 0.0):
+                raise ApplicationError(
+                    f"demand.{kind}={amount:g} is beyond every node that runs {spec['type']} "
+                    f"(largest: {capacity.get(kind, 0.0):g}).",
+                    field=f"{prefix}demand.{kind}",
+                )
+
+
+@transaction.atomic
+def actions_submit(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) -> list[Action]:
+    if len(specs) > settings.TANGRAM_MAX_BULK:
+        raise ApplicationError(
+            f"At most {settings.TANGRAM_MAX_BULK} actions per request.", field="non_field_errors"
+        )
+    if not specs:
+        raise ApplicationError("Submit at least one action.", field="non_field_errors")
+    _check_fits(tenant=tenant, specs=specs, bulk=bulk)
+    now = timezone.now()
+    actions = [Action(id=uuid.uuid4(), tenant=tenant, submitted_at=now, **spec) for spec in specs]
+    Action.objects.bulk_create(actions)
+    ActionEvent.objects.bulk_create(
+        ActionEvent(action=a, state=ActionState.QUEUED, attempt=1, at=a.submitted_at)
+        for a in actions
+    )
+    transaction.on_commit(events.capacity_changed)
+    return actions
+
+
+@transaction.atomic
+def action_cancel(*, action: Action) -> Action:
+    now = timezone.now()
+    changed = Action.objects.filter(
+        pk=action.pk, state__in=[ActionState.QUEUED, *PLACED_STATES]
+    ).update(state=ActionState.CANCELLED, finished_at=now, error="cancelled by the client")
+    if not changed:
+        action.refresh_from_db()
+        raise ConflictError(f"Action {action.pk} is already {action.state}.", field="state")
+    ActionEvent.objects.create(
+        action=action, state=ActionState.CANCELLED, attempt=action.attempt, node=action.node, at=now
+    )
+    if action.node_id is not None and action.state in PLACED_STATES:
+        node_id, attempt = action.node_id, action.attempt
+        transaction.on_commit(lambda: events.agent_cancel(node_id, str(action.pk), attempt))
+    transaction.on_commit(lambda: events.action_finished(str(action.pk)))
+    transaction.on_commit(events.capacity_changed)
+    action.refresh_from_db()
+    return action
+
+
+def _from_unix(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC)
+
+
+@transaction.atomic
+def action_mark_started(
+    *, node_id: uuid.UUID, action_id: str, attempt: int, started_at: float
+) -> bool:
+    at = _from_unix(started_at) or timezone.now()
+    changed = Action.objects.filter(
+        pk=action_id, attempt=attempt, node_id=node_id, state=ActionState.ASSIGNED
+    ).update(state=ActionState.RUNNING, started_at=at)
+    if changed:
+        ActionEvent.objects.create(
+            action_id=action_id, state=ActionState.RUNNING, attempt=attempt, node_id=node_id, at=at
+        )
+        transaction.on_commit(events.dashboard_changed)
+    return bool(changed)
+
+
+def _cap(text: str, truncated: bool) -> tuple[str, bool]:
+    cap = settings.TANGRAM_OUTPUT_CAP_BYTES
+    data = text.encode(errors="replace")
+    if len(data) <= cap:
+        return text, truncated
+    return data[:cap].decode(errors="ignore"), True
+
+
+@transaction.atomic
+def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
+    """Record a result once: a duplicate or a stale attempt's result changes nothing."""
+    if result["state"] not in RESULT_STATES:
+        raise ApplicationError(f"Unknown result state {result['state']!r}.", field="state")
+    finished_at = _from_unix(result["finished_at"]) or timezone.now()
+    stdout, stdout_truncated = _cap(result["stdout"], result["stdout_truncated"])
+    stderr, stderr_truncated = _cap(result["stderr"], result["stderr_truncated"])
+    started = _from_unix(result.get("started_at"))
+    # A result can overtake its "started" message; fill started_at if it is missing.
+    changed = Action.objects.filter(
+        pk=result["action"],
+        attempt=result["attempt"],
+        node_id=node_id,
+        state__in=PLACED_STATES,
+    ).update(
+        state=result["state"],
+        exit_code=result["exit_code"],
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=stdout_truncated,
+        stderr_truncated=stderr_truncated,
+        error=result.get("error", "")[:10_000],
+        finished_at=finished_at,
+    )
+    if not changed:
+        return False
+    if started is not None:
+        Action.objects.filter(pk=result["action"], started_at__isnull=True).update(
+            started_at=started
+        )
+    ActionEvent.objects.create(
+        action_id=result["action"],
+        state=result["state"],
+        attempt=result["attempt"],
+        node_id=node_id,
+        at=finished_at,
+    )
+    action_id = result["action"]
+    transaction.on_commit(lambda: events.action_finished(action_id))
+    transaction.on_commit(events.capacity_changed)
+    return True
+
+
+def actions_requeue(*, actions: QuerySet[Action], reason: str) -> int:
+    """Return placed actions to the queue with a new attempt; give up after the maximum.
+
+    Called inside the caller's transaction (a lease reaper, a node re-registering).
+    """
+    now = timezone.now()
+    placed = actions.filter(state__in=PLACED_STATES)
+    rows = list(placed.values_list("id", "attempt", "node_id"))
+    if not rows:
+        return 0
+    max_attempts = settings.TANGRAM_MAX_ATTEMPTS
+    give_up = [r for r in rows if r[1] >= max_attempts]
+    retry = [r for r in rows if r[1] < max_attempts]
+    if give_up:
+        Action.objects.filter(pk__in=[r[0] for r in give_up], state__in=PLACED_STATES).update(
+            state=ActionState.FAILED,
+            finished_at=now,
+            error=f"gave up after {max_attempts} attempts; last: {reason}",
+        )
+    if retry:
+        Action.objects.filter(pk__in=[r[0] for r in retry], state__in=PLACED_STATES).update(
+            state=ActionState.QUEUED,
+            node=None,
+            allocation={},
+            units=1,
+            attempt=F("attempt") + 1,
+            assigned_at=None,
+            started_at=None,
+        )
+    ActionEvent.objects.bulk_create(
+        [
+            ActionEvent(
+                action_id=r[0],
+                state=ActionState.FAILED,
+                attempt=r[1],
+                node_id=r[2],
+                at=now,
+                detail=reason[:500],
+            )
+            for r in give_up
+        ]
+        + [
+            ActionEvent(
+                action_id=r[0],
+                state=ActionState.QUEUED,
+                attempt=r[1] + 1,
+                node_id=r[2],
+                at=now,
+                detail=reason[:500],
+            )
+            for r in retry
+        ]
+    )
+    logger.warning("requeued %d and failed %d actions: %s", len(retry), len(give_up), reason)
+    for action_id, *_ in give_up:
+        transaction.on_commit(lambda a=str(action_id): events.action_finished(a))
+    transaction.on_commit(events.capacity_changed)
+    return len(rows)

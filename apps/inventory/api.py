@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import permissions, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.inventory.selectors import node_list_with_usage
+
+
+class IsStaff(permissions.BasePermission):
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return bool(request.user and getattr(request.user, "is_staff", False))
+
+
+class NodeListApi(APIView):
+    permission_classes = [permissions.IsAuthenticated, IsStaff]
+
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.UUIDField(source="node.id")
+        name = serializers.CharField(source="node.name")
+        state = serializers.CharField(source="node.state")
+        capacity = serializers.DictField(source="node.capacity", child=serializers.FloatField())
+        used = serializers.DictField(child=serializers.FloatField())
+        free = serializers.DictField(child=serializers.FloatField())
+        executors = serializers.ListField(source="node.executors", child=serializers.CharField())
+        actions = serializers.IntegerField(help_text="Assigned and running actions.")
+        last_seen_at = serializers.DateTimeField(source="node.last_seen_at")
+
+    @extend_schema(responses=OutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(self.OutputSerializer(node_list_with_usage(), many=True).data)

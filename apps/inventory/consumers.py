@@ -1,0 +1,116 @@
+"""The agents' websocket: authenticate, register, then relay both ways.
+
+Logic lives in the services; this consumer only parses frames, calls them and
+forwards what the scheduler pushes to the node's group.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from apps.actions.services import action_mark_started, action_record_result
+from apps.core.events import agent_group
+from apps.inventory import selectors, services
+from tangram_agent.protocol import PROTOCOL_VERSION
+
+logger = logging.getLogger(__name__)
+
+
+def _bearer(scope: dict[str, Any]) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            keyword, _, raw = value.decode(errors="replace").partition(" ")
+            if keyword == "Bearer":
+                return raw.strip()
+    return ""
+
+
+class AgentConsumer(AsyncJsonWebsocketConsumer):
+    node_id: Any = None
+    group: str | None = None
+
+    async def connect(self) -> None:
+        raw = _bearer(self.scope)
+        token = raw and await database_sync_to_async(selectors.agent_token_authenticate)(raw=raw)
+        if not token:
+            await self.close(code=4401)
+            return
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.node_id is not None:
+            logger.info("agent of node %s disconnected (%s)", self.node_id, code)
+
+    async def _refuse(self, message: str) -> None:
+        await self.send_json({"type": "error", "message": message})
+        await self.close(code=4400)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if self.node_id is None and kind != "register":
+            await self._refuse("the first message must be 'register'")
+            return
+        try:
+            if kind == "register":
+                await self._register(content)
+            elif kind == "heartbeat":
+                resend = await database_sync_to_async(services.node_heartbeat)(
+                    node_id=self.node_id, running=content.get("running", [])
+                )
+                for assignment in resend:
+                    await self.send_json({"type": "assign", "action": assignment})
+            elif kind == "started":
+                await database_sync_to_async(action_mark_started)(
+                    node_id=self.node_id,
+                    action_id=content["action"],
+                    attempt=int(content["attempt"]),
+                    started_at=float(content["started_at"]),
+                )
+                await database_sync_to_async(services.node_touch)(node_id=self.node_id)
+            elif kind == "result":
+                await database_sync_to_async(action_record_result)(
+                    node_id=self.node_id, result=content
+                )
+                await self.send_json(
+                    {"type": "ack", "action": content["action"], "attempt": content["attempt"]}
+                )
+            else:
+                await self._refuse(f"unknown message type {kind!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            await self._refuse(f"malformed {kind} message: {exc!r}")
+
+    async def _register(self, content: dict[str, Any]) -> None:
+        if content.get("protocol") != PROTOCOL_VERSION:
+            await self._refuse(f"protocol {content.get('protocol')!r} is not {PROTOCOL_VERSION}")
+            return
+        node, resend = await database_sync_to_async(services.node_register)(message=content)
+        self.node_id = node.id
+        self.group = agent_group(str(node.id))
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.send_json(
+            {
+                "type": "registered",
+                "node_id": str(node.id),
+                "heartbeat_interval_s": settings.TANGRAM_HEARTBEAT_S,
+                "lease_s": settings.TANGRAM_LEASE_S,
+            }
+        )
+        for assignment in resend:
+            await self.send_json({"type": "assign", "action": assignment})
+        logger.info("agent registered node %s (%s)", node.name, node.id)
+
+    async def agent_assign(self, event: dict[str, Any]) -> None:
+        for assignment in event["assignments"]:
+            await self.send_json({"type": "assign", "action": assignment})
+
+    async def agent_cancel(self, event: dict[str, Any]) -> None:
+        await self.send_json(
+            {"type": "cancel", "action": event["action"], "attempt": event["attempt"]}
+        )

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class Node(models.Model):
+    """A machine whose agent offers capacity; ``capacity`` is per resource kind."""
+
+    class State(models.TextChoices):
+        ONLINE = "online"
+        OFFLINE = "offline"
+        DRAINING = "draining"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=128, unique=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ONLINE)
+    capacity = models.JSONField(default=dict)
+    executors = models.JSONField(default=list)
+    warm = models.JSONField(default=list, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "last_seen_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AgentToken(models.Model):
+    """A credential for agents to connect; only its SHA-256 digest is stored."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

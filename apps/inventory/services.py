@@ -1,0 +1,140 @@
+"""Writes for nodes: agent tokens, registration, heartbeats, lost leases."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from apps.actions.models import PLACED_STATES, Action, ActionState
+from apps.actions.services import actions_requeue
+from apps.core import events
+from apps.inventory.models import AgentToken, Node
+from apps.tenants.services import token_digest
+from tangram_agent.protocol import ActionRef, Assignment, Register
+
+
+@transaction.atomic
+def agent_token_issue(*, name: str, raw: str | None = None) -> tuple[AgentToken, str]:
+    raw = raw or "tga_" + secrets.token_urlsafe(32)
+    token = AgentToken.objects.create(name=name, prefix=raw[:12], digest=token_digest(raw))
+    return token, raw
+
+
+@transaction.atomic
+def agent_tokens_revoke(*, tokens: QuerySet[AgentToken]) -> int:
+    return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def assignment_of(action: Action) -> Assignment:
+    return {
+        "id": str(action.pk),
+        "attempt": action.attempt,
+        "type": action.type,
+        "payload": action.payload,
+        "allocation": action.allocation,
+        "units": action.units,
+        "timeout_s": action.timeout_s,
+    }
+
+
+def _held(running: list[ActionRef]) -> set[tuple[str, int]]:
+    return {(ref["action"], int(ref["attempt"])) for ref in running}
+
+
+@transaction.atomic
+def node_register(*, message: Register) -> tuple[Node, list[Assignment]]:
+    """Upsert the node; return the assignments its agent should (re)receive.
+
+    Actions this node was running that the agent no longer holds were lost with
+    its previous process: they go back to the queue.
+    """
+    now = timezone.now()
+    node, created = Node.objects.select_for_update().get_or_create(
+        name=message["node"],
+        defaults={
+            "capacity": message["capacity"],
+            "executors": message["executors"],
+            "warm": message.get("warm", []),
+            "labels": message.get("labels", {}),
+            "last_seen_at": now,
+        },
+    )
+    if not created:
+        node.capacity = message["capacity"]
+        node.executors = message["executors"]
+        node.warm = message.get("warm", [])
+        node.labels = message.get("labels", {})
+        node.state = Node.State.ONLINE
+        node.last_seen_at = now
+        node.save()
+    held = _held(message.get("running", []))
+    placed = Action.objects.filter(node=node, state__in=PLACED_STATES)
+    lost = [
+        a.pk
+        for a in placed.filter(state=ActionState.RUNNING).only("id", "attempt")
+        if (str(a.pk), a.attempt) not in held
+    ]
+    if lost:
+        actions_requeue(
+            actions=Action.objects.filter(pk__in=lost),
+            reason=f"agent on {node.name} restarted without them",
+        )
+    resend = [
+        assignment_of(a)
+        for a in placed.filter(state=ActionState.ASSIGNED)
+        if (str(a.pk), a.attempt) not in held
+    ]
+    transaction.on_commit(events.capacity_changed)
+    return node, resend
+
+
+@transaction.atomic
+def node_heartbeat(*, node_id: Any, running: list[ActionRef]) -> list[Assignment]:
+    """Renew the lease; return assignments older than a heartbeat that the agent lacks.
+
+    That recovers an assignment whose push was lost (a Redis blip); the agent
+    ignores an assignment it already holds.
+    """
+    now = timezone.now()
+    Node.objects.filter(pk=node_id).update(last_seen_at=now, state=Node.State.ONLINE)
+    held = _held(running)
+    stale = now - timedelta(seconds=settings.TANGRAM_HEARTBEAT_S * 2)
+    return [
+        assignment_of(a)
+        for a in Action.objects.filter(
+            node_id=node_id, state=ActionState.ASSIGNED, assigned_at__lt=stale
+        )
+        if (str(a.pk), a.attempt) not in held
+    ]
+
+
+def node_touch(*, node_id: Any) -> None:
+    Node.objects.filter(pk=node_id).update(last_seen_at=timezone.now())
+
+
+@transaction.atomic
+def nodes_reap_lost() -> int:
+    """Take nodes whose lease ran out offline and re-queue their actions."""
+    cutoff = timezone.now() - timedelta(seconds=settings.TANGRAM_LEASE_S)
+    lost = list(
+        Node.objects.select_for_update(skip_locked=True).filter(
+            state=Node.State.ONLINE, last_seen_at__lt=cutoff
+        )
+    )
+    if not lost:
+        return 0
+    Node.objects.filter(pk__in=[n.pk for n in lost]).update(state=Node.State.OFFLINE)
+    requeued = 0
+    for node in lost:
+        requeued += actions_requeue(
+            actions=Action.objects.filter(node=node),
+            reason=f"lease of node {node.name} expired",
+        )
+    transaction.on_commit(events.capacity_changed)
+    return requeued

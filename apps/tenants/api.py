@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.exceptions import ApplicationError
+from apps.tenants.selectors import principal_of, quota_list, tenant_usage
+
+
+class TenantMeApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        class QuotaSerializer(serializers.Serializer):
+            resource = serializers.CharField()
+            guaranteed = serializers.FloatField()
+            limit = serializers.FloatField()
+            weight = serializers.FloatField()
+            lend_guarantee = serializers.BooleanField()
+
+        name = serializers.CharField()
+        quotas = QuotaSerializer(many=True)
+        usage = serializers.DictField(child=serializers.FloatField())
+        queued = serializers.IntegerField()
+        running = serializers.IntegerField()
+
+    @extend_schema(responses=OutputSerializer)
+    def get(self, request: Request) -> Response:
+        tenant = principal_of(user=request.user).acting_tenant
+        if tenant is None:
+            raise ApplicationError(
+                "Call with a tenant's API token.", field="authorization", status_code=403
+            )
+        usage = tenant_usage(tenant=tenant)
+        data = {"name": tenant.name, "quotas": quota_list(tenant=tenant), **usage}
+        return Response(self.OutputSerializer(data).data)

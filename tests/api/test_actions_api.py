@@ -1,0 +1,182 @@
+"""The action API's contract, its refusals, and tenant isolation."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from apps.actions.models import Action, ActionEvent
+from apps.tenants.models import ApiToken
+from apps.tenants.services import quota_set, token_revoke
+from tests.factories import ActionFactory
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/actions"
+PY = {"type": "sandbox.python", "payload": {"code": "print(1)"}}
+
+
+def test_submit_one_returns_201_with_id_and_state(owner, node):
+    response = owner.client.post(URL, {**PY, "job": "j1", "trajectory": "t1"}, format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["state"] == "queued"
+    assert body["demand"] == {"cpu": 1.0, "memory": 512.0}
+    action = Action.objects.get(pk=body["id"])
+    assert action.tenant == owner.tenant and action.job == "j1"
+    assert ActionEvent.objects.filter(action=action, state="queued").count() == 1
+
+
+def test_submit_many_keeps_order(owner, node):
+    specs = [{"type": "sleep", "payload": {"seconds": i}} for i in range(5)]
+    response = owner.client.post(URL, specs, format="json")
+    assert response.status_code == 201
+    ids = [a["id"] for a in response.json()]
+    seconds = [Action.objects.get(pk=i).payload["seconds"] for i in ids]
+    assert seconds == [0, 1, 2, 3, 4]
+
+
+def test_submit_1000_at_once(owner, node):
+    specs = [{"type": "sleep", "payload": {"seconds": 0}}] * 1000
+    assert owner.client.post(URL, specs, format="json").status_code == 201
+    assert Action.objects.count() == 1000
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"type": "nope", "payload": {}}, "type"),
+        ({"payload": {"code": "x"}}, "type"),
+        ({"type": "sandbox.python", "payload": {}}, "payload.code"),
+        ({"type": "sandbox.python", "payload": {"code": 3}}, "payload.code"),
+        ({"type": "sandbox.python", "payload": "code"}, "payload"),
+        ({**PY, "demand": {"cpu": -1}}, "demand.cpu"),
+        ({**PY, "demand": {"cpu": "lots"}}, "demand.cpu"),
+        ({**PY, "demand": {"bananas": 1}}, "demand.bananas"),
+        ({**PY, "demand": {"cpu": 64}}, "demand.cpu"),
+        ({**PY, "demand": {"memory": 10**9}}, "demand.memory"),
+        ({**PY, "timeout_s": 0}, "timeout_s"),
+        ({**PY, "timeout_s": 10**9}, "timeout_s"),
+        ({**PY, "priority": 10**6}, "priority"),
+        ({"type": "sandbox.python", "payload": {"code": "x" * (2 * 1024 * 1024)}}, "payload"),
+        (
+            {"type": "sandbox.python", "payload": {"code": "x", "files": {"../a": "b"}}},
+            "payload.files",
+        ),
+        ({"type": "sleep", "payload": {"seconds": -1}}, "payload.seconds"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field(owner, node, body, field):
+    response = owner.client.post(URL, body, format="json")
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["errors"], response.json()
+    assert Action.objects.count() == 0
+
+
+def test_bulk_error_names_the_item_and_stores_nothing(owner, node):
+    specs = [PY, PY, {**PY, "demand": {"cpu": -2}}]
+    response = owner.client.post(URL, specs, format="json")
+    assert response.status_code == 400
+    assert "2.demand.cpu" in response.json()["errors"]
+    assert Action.objects.count() == 0
+
+
+def test_bulk_over_1000_is_refused(owner, node):
+    response = owner.client.post(URL, [PY] * 1001, format="json")
+    assert response.status_code == 400
+    assert Action.objects.count() == 0
+
+
+def test_demand_beyond_tenant_limit_is_refused(owner, node):
+    quota_set(tenant=owner.tenant, resource="cpu", guaranteed=1, limit=2)
+    response = owner.client.post(URL, {**PY, "demand": {"cpu": 3}}, format="json")
+    assert response.status_code == 400
+    assert "demand.cpu" in response.json()["errors"]
+    assert "limit" in response.json()["detail"]
+
+
+def test_malformed_json_is_a_400(owner):
+    response = owner.client.post(URL, "{not json", content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["detail"]
+
+
+@pytest.mark.parametrize("header", ["Bearer wrong-token-000000", "Token abc", "Bearer "])
+def test_wrong_token_is_a_401(db, header):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+    response = client.post(URL, PY, format="json")
+    assert response.status_code == 401
+    assert Action.objects.count() == 0
+
+
+def test_no_token_is_refused(db):
+    assert APIClient().get(URL).status_code in (401, 403)
+
+
+def test_revoked_token_is_refused(owner):
+    token_revoke(token=ApiToken.objects.get(tenant=owner.tenant))
+    assert owner.client.get(URL).status_code == 401
+
+
+def test_tokens_are_stored_hashed(owner):
+    token = ApiToken.objects.get(tenant=owner.tenant)
+    assert owner.token not in (token.digest, token.prefix)
+    assert len(token.digest) == 64
+
+
+def test_get_list_filter_and_cancel(owner, node):
+    a = owner.client.post(URL, {**PY, "job": "j1"}, format="json").json()
+    owner.client.post(URL, {**PY, "job": "j2"}, format="json")
+    listed = owner.client.get(URL, {"job": "j1"}).json()
+    assert [r["id"] for r in listed["results"]] == [a["id"]]
+    assert owner.client.get(URL, {"state": "bogus"}).status_code == 400
+    cancelled = owner.client.post(f"{URL}/{a['id']}/cancel").json()
+    assert cancelled["state"] == "cancelled"
+    again = owner.client.post(f"{URL}/{a['id']}/cancel")
+    assert again.status_code == 409
+    assert owner.client.get(f"{URL}/{a['id']}").json()["state"] == "cancelled"
+
+
+def test_stranger_cannot_see_list_or_cancel(owner, stranger, node):
+    a = owner.client.post(URL, PY, format="json").json()
+    assert stranger.client.get(f"{URL}/{a['id']}").status_code == 404
+    assert stranger.client.get(f"{URL}/{a['id']}?wait=1").status_code == 404
+    assert stranger.client.post(f"{URL}/{a['id']}/cancel").status_code == 404
+    assert stranger.client.get(URL).json()["count"] == 0
+    assert Action.objects.get(pk=a["id"]).state == "queued"
+
+
+def test_unknown_id_is_a_404(owner):
+    assert owner.client.get(f"{URL}/not-a-uuid").status_code == 404
+    assert owner.client.get(f"{URL}/00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+def test_staff_sees_every_tenant(owner, stranger, staff_client, node):
+    ActionFactory(tenant=owner.tenant)
+    ActionFactory(tenant=stranger.tenant)
+    assert staff_client.get(URL).json()["count"] == 2
+
+
+def test_tenants_me_reports_quotas_and_usage(owner, node):
+    quota_set(tenant=owner.tenant, resource="cpu", guaranteed=2, limit=4)
+    ActionFactory(tenant=owner.tenant, state="running", node=node, allocation={"cpu": 1})
+    ActionFactory(tenant=owner.tenant)
+    body = owner.client.get("/api/v1/tenants/me").json()
+    assert body["name"] == "owner"
+    assert body["quotas"][0]["resource"] == "cpu" and body["quotas"][0]["limit"] == 4
+    assert body["usage"] == {"cpu": 1.0}
+    assert (body["queued"], body["running"]) == (1, 1)
+
+
+def test_nodes_is_staff_only(owner, staff_client, node):
+    assert owner.client.get("/api/v1/nodes").status_code == 403
+    nodes = staff_client.get("/api/v1/nodes").json()
+    assert nodes[0]["name"] == "node-a" and nodes[0]["free"] == {"cpu": 4.0, "memory": 8192.0}
+
+
+def test_schema_and_docs_are_served(staff_client):
+    schema = staff_client.get("/api/v1/schema")
+    assert schema.status_code == 200
+    assert b"/api/v1/actions/{action_id}" in schema.content
+    assert staff_client.get("/api/v1/docs").status_code == 200

@@ -1,0 +1,49 @@
+"""Shared fixtures: an owner tenant, a stranger tenant and staff, with API clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from apps.tenants import services as tenant_services
+from apps.tenants.models import Tenant
+from tests.factories import NodeFactory, TenantFactory, UserFactory
+
+
+@dataclass
+class Caller:
+    tenant: Tenant
+    token: str
+    client: APIClient
+
+
+def _caller(name: str) -> Caller:
+    tenant = TenantFactory(name=name)
+    _, raw = tenant_services.token_issue(tenant=tenant, name="test")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return Caller(tenant=tenant, token=raw, client=client)
+
+
+@pytest.fixture
+def owner(db) -> Caller:
+    return _caller("owner")
+
+
+@pytest.fixture
+def stranger(db) -> Caller:
+    return _caller("stranger")
+
+
+@pytest.fixture
+def staff_client(db) -> APIClient:
+    client = APIClient()
+    client.force_login(UserFactory(is_staff=True))
+    return client
+
+
+@pytest.fixture
+def node(db):
+    return NodeFactory(name="node-a", capacity={"cpu": 4, "memory": 8192})
