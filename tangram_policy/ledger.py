@@ -85,7 +85,9 @@ class Ledger:
                 total[kind] = total.get(kind, 0.0) + amount
         return total
 
-    def best_fit(self, demand: Resources, action_type: str, candidates: Iterable[str]) -> str | None:
+    def best_fit(
+        self, demand: Resources, action_type: str, candidates: Iterable[str]
+    ) -> str | None:
         """The node that leaves the least normalised slack after taking ``demand``."""
         best: tuple[float, str] | None = None
         for node_id in candidates:

@@ -1,14 +1,31 @@
-"""Policies by name, for settings (``TANGRAM_POLICY``) and the simulator."""
+"""Policies by name, for settings (``TANGRAM_POLICY``) and the simulator.
+
+``tangram`` is the full policy; each ``tangram-no-<mechanism>`` turns one
+mechanism off, for ablations.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 
 from tangram_policy.fifo import FifoPolicy
+from tangram_policy.tangram import TangramConfig, TangramPolicy
 from tangram_policy.types import Policy
+
+ABLATIONS = ("ordering", "fair_share", "affinity", "topology", "elastic", "batching")
+
+
+def _ablation(mechanism: str) -> Policy:
+    config = replace(TangramConfig(), **{mechanism: False})
+    return TangramPolicy(config, name=f"tangram-no-{mechanism.replace('_', '-')}")
+
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo": FifoPolicy,
+    "tangram": TangramPolicy,
+    **{f"tangram-no-{m.replace('_', '-')}": partial(_ablation, m) for m in ABLATIONS},
 }
 
 

@@ -52,6 +52,10 @@ class PendingAction:
     affinity: frozenset[str] = frozenset()
     #: Actions sharing a key (e.g. a reward model) may be coalesced into one batch.
     batch_key: str | None = None
+    #: Most members in one batch of ``batch_key`` (1: never batched).
+    batch_limit: int = 1
+    #: Seconds of setup a node without the ``affinity`` keys costs (image pull, model load).
+    setup_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,8 @@ class RunningAction:
     allocation: Resources
     started_at: float
     expected_end: float | None = None
+    #: GPU ids held, where known (for topology-aware placement).
+    gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,11 @@ class Snapshot:
     pending: tuple[PendingAction, ...]
     running: tuple[RunningAction, ...]
     duration_stats: Mapping[tuple[str, str], DurationStat] = field(default_factory=dict)
+    #: Total pool capacity, when ``nodes`` lists only nodes with free room and
+    #: their free room as ``capacity`` (the simulator does this); running actions
+    #: on a node absent from ``nodes`` then count for tenant usage only.
+    #: ``None``: the pool is ``nodes`` as given.
+    capacity: Resources | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +130,11 @@ class Placement:
     #: Total resources reserved on the node for this action.
     allocation: Resources
     units: int = 1
-    #: Placements sharing a batch id run together as one execution.
+    #: Placements sharing a batch id run together as one execution; each member's
+    #: allocation is its share of the batch's, which is one member's demand.
     batch_id: str | None = None
+    #: GPU ids chosen for the action inside one interconnect group, where known.
+    gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,74 @@
+"""Duration estimates and the speedup model, shared by the policy and its callers.
+
+The policy stays stateless: what it learns lives in ``DurationStat`` values that
+the caller (live scheduler or simulator) keeps per (tenant, action type) and
+updates with ``stat_update`` as actions finish. Durations are kept at the
+action's minimum units (``work_at_min_units`` undoes an elastic speedup), so an
+estimate does not depend on how many units earlier runs happened to get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tangram_policy.types import DurationStat, Elasticity, PendingAction
+
+#: Seconds assumed for an action type never seen before and without a hint.
+COLD_START_PRIOR_S = 10.0
+#: Weight of the prior, in observations, while few actions have finished.
+PRIOR_WEIGHT = 2.0
+#: EWMA factor once ``stat_update`` has seen more than ``1 / EWMA_ALPHA`` actions.
+EWMA_ALPHA = 0.05
+
+
+def speedup(elasticity: Elasticity, units: int) -> float:
+    """Amdahl's speedup of ``units`` over ``elasticity.min_units``."""
+    base = max(elasticity.min_units, 1)
+    if units <= base:
+        return 1.0
+    p = min(max(elasticity.parallel_fraction, 0.0), 1.0)
+    return 1.0 / ((1.0 - p) + p * base / units)
+
+
+def duration_at(elasticity: Elasticity, base_s: float, units: int) -> float:
+    """Expected run time on ``units`` of an action that takes ``base_s`` at its minimum."""
+    return base_s / speedup(elasticity, units)
+
+
+def work_at_min_units(elasticity: Elasticity, observed_s: float, units: int) -> float:
+    """The run time a finished action would have taken at its minimum units."""
+    return observed_s * speedup(elasticity, units)
+
+
+def stat_update(stat: DurationStat | None, observed_s: float) -> DurationStat:
+    """Running mean for the first observations, then an EWMA that follows drift."""
+    if stat is None:
+        return DurationStat(count=1, mean_s=observed_s)
+    alpha = max(1.0 / (stat.count + 1), EWMA_ALPHA)
+    return DurationStat(
+        count=stat.count + 1, mean_s=stat.mean_s + alpha * (observed_s - stat.mean_s)
+    )
+
+
+def type_priors(stats: Mapping[tuple[str, str], DurationStat]) -> dict[str, float]:
+    """Per action type, the count-weighted mean over tenants: the prior for a new tenant."""
+    sums: dict[str, tuple[float, float]] = {}
+    for (_, action_type), stat in stats.items():
+        total, count = sums.get(action_type, (0.0, 0.0))
+        sums[action_type] = (total + stat.mean_s * stat.count, count + stat.count)
+    return {t: total / count for t, (total, count) in sums.items() if count > 0}
+
+
+def expected_duration(
+    action: PendingAction,
+    stats: Mapping[tuple[str, str], DurationStat],
+    priors: Mapping[str, float],
+) -> float:
+    """Seconds at minimum units: the client's hint, else observations blended with a prior."""
+    if action.duration_hint_s is not None and action.duration_hint_s >= 0:
+        return action.duration_hint_s
+    prior = priors.get(action.type, COLD_START_PRIOR_S)
+    stat = stats.get((action.tenant, action.type))
+    if stat is None or stat.count <= 0:
+        return prior
+    return (stat.mean_s * stat.count + prior * PRIOR_WEIGHT) / (stat.count + PRIOR_WEIGHT)

@@ -1,0 +1,1 @@
+"""The discrete-event simulator, workloads, baselines and traces for Tangram policies."""

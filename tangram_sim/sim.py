@@ -1,0 +1,646 @@
+"""A discrete-event simulator that replays an agentic-RL workload through a policy.
+
+Each task runs synchronous RL steps: a step starts all its trajectories; a
+trajectory alternates LLM think time and one action per turn, then makes a
+final reward call; the step ends when its last trajectory does, plus the
+trainer's time. Every action's submit, start and finish and every step's
+duration are recorded.
+
+Policies: any name from ``tangram_policy.registry`` drives one shared
+action-level queue; two baselines reshape the pool first (see
+``tangram_sim.baselines``): ``partitioned`` (each task its fixed share, FIFO
+inside it) and ``static`` (each trajectory holds a sandbox for its whole life,
+task-bound work on per-task shares).
+
+The policy is called only when something changed (a submit or a finish), at
+most once per ``round_interval_s``, with the nodes that have room and offer a
+pending type, their free room as capacity, and per-tenant usage.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tangram_policy.estimate import speedup, stat_update, work_at_min_units
+from tangram_policy.registry import get_policy
+from tangram_policy.types import (
+    EPSILON,
+    DurationStat,
+    Elasticity,
+    Node,
+    PendingAction,
+    Placement,
+    Policy,
+    RunningAction,
+    Snapshot,
+)
+from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
+from tangram_sim.workload import ActionType, Task, Workload
+
+BASELINES = ("static", "partitioned")
+
+
+class PolicyError(RuntimeError):
+    """A policy returned a placement that breaks capacity, a limit or a type."""
+
+
+class _Node:
+    __slots__ = (
+        "id",
+        "executors",
+        "capacity",
+        "free",
+        "warm",
+        "warm_slots",
+        "gpu_groups",
+        "gpu_free",
+        "view",
+    )
+
+    def __init__(self, spec: SimNodeSpec) -> None:
+        self.id = spec.id
+        self.executors = spec.executors
+        self.capacity = dict(spec.capacity)
+        self.free = dict(spec.capacity)
+        self.warm: OrderedDict[str, None] = OrderedDict()
+        self.warm_slots = spec.warm_slots
+        self.gpu_groups = spec.gpu_groups
+        self.gpu_free: list[list[str]] = [list(g) for g in spec.gpu_groups]
+        self.view: Node | None = None
+
+    def has_room(self) -> bool:
+        return any(amount > EPSILON for amount in self.free.values())
+
+    def node_view(self) -> Node:
+        if self.view is None:
+            self.view = Node(
+                self.id,
+                dict(self.free),
+                self.executors,
+                frozenset(self.warm),
+                tuple(tuple(g) for g in self.gpu_free) if self.gpu_groups else (),
+            )
+        return self.view
+
+
+class _Trajectory:
+    __slots__ = ("task", "index", "turns", "turn", "reward_s", "lease", "wait_s")
+
+    def __init__(
+        self,
+        task: _TaskRun,
+        index: int,
+        turns: list[tuple[float, ActionType, float]],
+        reward_s: float,
+    ) -> None:
+        self.task = task
+        self.index = index
+        self.turns = turns
+        self.turn = 0
+        self.reward_s = reward_s
+        self.lease: _Action | None = None
+        self.wait_s = 0.0
+
+
+class _TaskRun:
+    __slots__ = ("task", "step", "remaining", "step_start", "lease_type")
+
+    def __init__(self, task: Task, lease_type: ActionType | None) -> None:
+        self.task = task
+        self.step = 0
+        self.remaining = 0
+        self.step_start = 0.0
+        self.lease_type = lease_type
+
+
+class _Action:
+    __slots__ = (
+        "id",
+        "type",
+        "tenant",
+        "trajectory",
+        "submitted",
+        "origin",
+        "base_s",
+        "started",
+        "finished",
+        "node",
+        "units",
+        "allocation",
+        "gpus",
+        "run_s",
+        "pending",
+        "is_lease",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        action_type: ActionType,
+        tenant: str,
+        trajectory: _Trajectory | None,
+        submitted: float,
+        base_s: float,
+    ) -> None:
+        self.id = id
+        self.type = action_type
+        self.tenant = tenant
+        self.trajectory = trajectory
+        self.submitted = submitted
+        self.origin = submitted
+        self.base_s = base_s
+        self.started = -1.0
+        self.finished = -1.0
+        self.node: _Node | None = None
+        self.units = 1
+        self.allocation: dict[str, float] = {}
+        self.gpus: tuple[str, ...] = ()
+        self.run_s = 0.0
+        self.pending: PendingAction | None = None
+        self.is_lease = False
+
+
+@dataclass(slots=True)
+class ActionRecord:
+    id: str
+    tenant: str
+    type: str
+    submitted: float
+    started: float
+    finished: float
+    node: str
+    units: int
+    base_s: float
+
+    @property
+    def act_s(self) -> float:
+        return self.finished - self.submitted
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: str
+    workload: str
+    seed: int
+    acts: list[float]
+    steps: list[float]
+    makespan_s: float
+    capacity: dict[str, float]
+    busy: dict[str, float]
+    rounds: int
+    records: list[ActionRecord] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        acts = sorted(self.acts)
+        hours = self.makespan_s / 3600.0
+        resource_hours = {k: v * hours for k, v in sorted(self.capacity.items()) if v > 0}
+        busy_hours = {k: self.busy.get(k, 0.0) / 3600.0 for k in resource_hours}
+        utilisation = {
+            k: busy_hours[k] / resource_hours[k] if resource_hours[k] > 0 else 0.0
+            for k in resource_hours
+        }
+        main = [u for k, u in utilisation.items() if k != "memory" and k != "gpu_memory"]
+        return {
+            "mean_act_s": sum(acts) / len(acts) if acts else 0.0,
+            "p50_act_s": _quantile(acts, 0.50),
+            "p95_act_s": _quantile(acts, 0.95),
+            "p99_act_s": _quantile(acts, 0.99),
+            "mean_step_s": sum(self.steps) / len(self.steps) if self.steps else 0.0,
+            "makespan_s": self.makespan_s,
+            "resource_hours": resource_hours,
+            "busy_hours": busy_hours,
+            "utilisation": sum(main) / len(main) if main else 0.0,
+            "utilisation_by_kind": utilisation,
+            "actions": len(acts),
+            "steps": len(self.steps),
+            "rounds": self.rounds,
+        }
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+# Event kinds, in the order they run at one instant; rounds run last.
+_STEP, _SUBMIT, _FINISH, _THINK_DONE, _LEASE_READY, _ROUND = 0, 1, 2, 3, 4, 9
+
+
+class Simulation:
+    def __init__(
+        self,
+        workload: Workload,
+        policy: str | Policy,
+        *,
+        keep_records: bool = False,
+        on_record: Callable[[ActionRecord], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        name = policy if isinstance(policy, str) else policy.name
+        self.policy_name = name
+        self.static = name == "static"
+        if isinstance(policy, str):
+            self.policy: Policy = get_policy("fifo" if name in BASELINES else name)
+        else:
+            self.policy = policy
+        specs = build_nodes(workload, name)
+        self.nodes = {spec.id: _Node(spec) for spec in specs}
+        self.capacity: dict[str, float] = {}
+        for node in self.nodes.values():
+            for kind, amount in node.capacity.items():
+                self.capacity[kind] = self.capacity.get(kind, 0.0) + amount
+        self.keep_records = keep_records
+        self.on_record = on_record
+        self.records: list[ActionRecord] = []
+        self.now = 0.0
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self.pending: dict[str, _Action] = {}
+        self.usage: dict[str, dict[str, float]] = {}
+        self.stats: dict[tuple[str, str], DurationStat] = {}
+        self.acts: list[float] = []
+        self.steps: list[float] = []
+        self.busy: dict[str, float] = {}
+        self.rounds = 0
+        self._round_at: float | None = None
+        self._ids = 0
+        self._room: set[str] = {n.id for n in self.nodes.values() if n.has_room()}
+        self._makespan = 0.0
+        self._runs: list[_TaskRun] = []
+        for task in workload.tasks:
+            lease = _lease_type(task) if self.static else None
+            run = _TaskRun(task, lease)
+            self._runs.append(run)
+            self._push(task.start_s, _STEP, run)
+
+    # -- event plumbing ------------------------------------------------------
+
+    def _push(self, at: float, kind: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, kind, self._seq, payload))
+
+    def _wake(self) -> None:
+        interval = self.workload.round_interval_s
+        at = self.now if interval <= 0 else math.ceil(self.now / interval - 1e-9) * interval
+        if self._round_at is None or at < self._round_at:
+            self._round_at = at
+            self._push(at, _ROUND, at)
+
+    def run(self) -> SimResult:
+        events = self._events
+        while events:
+            at, kind, _, payload = heapq.heappop(events)
+            self.now = at
+            if kind == _FINISH:
+                self._finish(payload)
+            elif kind == _THINK_DONE:
+                self._think_done(payload)
+            elif kind == _SUBMIT:
+                self._submit(payload)
+            elif kind == _STEP:
+                self._step(payload)
+            elif kind == _LEASE_READY:
+                self._next_turn(payload)
+            elif kind == _ROUND and self._round_at == payload:
+                self._round_at = None
+                self._round()
+        if self.pending:
+            raise PolicyError(
+                f"{self.policy_name}: {len(self.pending)} actions never placed "
+                f"(first: {next(iter(self.pending))})"
+            )
+        return SimResult(
+            policy=self.policy_name,
+            workload=self.workload.name,
+            seed=self.workload.seed,
+            acts=self.acts,
+            steps=self.steps,
+            makespan_s=self._makespan,
+            capacity=self.capacity,
+            busy=self.busy,
+            rounds=self.rounds,
+            records=self.records,
+        )
+
+    # -- the RL loop -----------------------------------------------------------
+
+    def _step(self, run: _TaskRun) -> None:
+        task = run.task
+        run.step_start = self.now
+        run.remaining = task.trajectories
+        seed = self.workload.seed
+        for index in range(task.trajectories):
+            rng = random.Random(f"{seed}:{task.name}:{run.step}:{index}")
+            turns = max(0, int(round(task.turns.sample(rng))))
+            weights = [a.weight for a in task.actions]
+            plan: list[tuple[float, ActionType, float]] = []
+            for _ in range(turns if task.actions else 0):
+                think = max(0.0, task.think_s.sample(rng))
+                action = (
+                    rng.choices(task.actions, weights)[0]
+                    if len(task.actions) > 1
+                    else (task.actions[0])
+                )
+                plan.append((think, action, max(0.0, action.duration_s.sample(rng))))
+            final_think = max(0.0, task.think_s.sample(rng)) if not plan else 0.0
+            reward_s = max(0.0, task.reward.duration_s.sample(rng)) if task.reward else 0.0
+            trajectory = _Trajectory(run, index, plan, reward_s)
+            if not plan and final_think:
+                trajectory.turns = [(final_think, task.reward, reward_s)] if task.reward else []
+                trajectory.reward_s = -1.0
+            if run.lease_type is not None and any(
+                a.binding == "trajectory" for _, a, _ in trajectory.turns
+            ):
+                lease = self._new_action(run.lease_type, task.tenant, trajectory, 0.0)
+                lease.is_lease = True
+                trajectory.lease = lease
+                self._enqueue(lease)
+            else:
+                self._next_turn(trajectory)
+
+    def _next_turn(self, trajectory: _Trajectory) -> None:
+        if trajectory.turn < len(trajectory.turns):
+            think, _, _ = trajectory.turns[trajectory.turn]
+            self._push(self.now + think, _THINK_DONE, trajectory)
+            return
+        task = trajectory.task.task
+        if task.reward is not None and trajectory.reward_s >= 0:
+            reward_s, trajectory.reward_s = trajectory.reward_s, -1.0
+            action = self._new_action(task.reward, task.tenant, trajectory, reward_s)
+            self._submit(action)
+            return
+        self._trajectory_done(trajectory)
+
+    def _think_done(self, trajectory: _Trajectory) -> None:
+        _, action_type, base_s = trajectory.turns[trajectory.turn]
+        trajectory.turn += 1
+        action = self._new_action(action_type, trajectory.task.task.tenant, trajectory, base_s)
+        if trajectory.turn == 1 and trajectory.wait_s:
+            action.origin -= trajectory.wait_s
+        self._submit(action)
+
+    def _trajectory_done(self, trajectory: _Trajectory) -> None:
+        if trajectory.lease is not None:
+            self._release(trajectory.lease)
+            trajectory.lease = None
+        run = trajectory.task
+        run.remaining -= 1
+        if run.remaining:
+            return
+        end = self.now + run.task.train_s
+        self.steps.append(end - run.step_start)
+        self._makespan = max(self._makespan, end)
+        run.step += 1
+        if run.step < run.task.steps:
+            self._push(end, _STEP, run)
+
+    # -- actions -----------------------------------------------------------------
+
+    def _new_action(
+        self, action_type: ActionType, tenant: str, trajectory: _Trajectory | None, base_s: float
+    ) -> _Action:
+        self._ids += 1
+        return _Action(f"a{self._ids}", action_type, tenant, trajectory, self.now, base_s)
+
+    def _submit(self, action: _Action) -> None:
+        trajectory = action.trajectory
+        lease = trajectory.lease if trajectory is not None else None
+        if lease is not None and action.type.binding == "trajectory":
+            # static: the action runs in the sandbox its trajectory holds.
+            action.node = lease.node
+            action.started = self.now
+            action.run_s = action.base_s
+            self._push(self.now + action.base_s, _FINISH, action)
+            return
+        self._enqueue(action)
+
+    def _enqueue(self, action: _Action) -> None:
+        t = action.type
+        action.pending = PendingAction(
+            id=action.id,
+            tenant=action.tenant,
+            type=t.id,
+            demand=t.demand,
+            submitted_at=action.submitted,
+            priority=t.priority,
+            elasticity=t.elasticity
+            if not self.static and self.policy_name != "partitioned"
+            else Elasticity(t.elasticity.min_units, t.elasticity.min_units),
+            affinity=t.affinity,
+            batch_key=t.id if t.batch_limit > 1 else None,
+            batch_limit=t.batch_limit,
+            setup_s=t.setup_s,
+        )
+        self.pending[action.id] = action
+        self._wake()
+
+    def _round(self) -> None:
+        if not self.pending:
+            return
+        self.rounds += 1
+        types = {a.type.id for a in self.pending.values()}
+        nodes = tuple(
+            node.node_view()
+            for node_id in sorted(self._room)
+            if not types.isdisjoint((node := self.nodes[node_id]).executors)
+        )
+        if not nodes:
+            return
+        running = tuple(
+            RunningAction(f"usage:{tenant}", tenant, "", "", usage, 0.0)
+            for tenant, usage in sorted(self.usage.items())
+        )
+        snapshot = Snapshot(
+            now=self.now,
+            nodes=nodes,
+            quotas=self.workload.quotas,
+            pending=tuple(a.pending for a in self.pending.values() if a.pending is not None),
+            running=running,
+            duration_stats=self.stats,
+            capacity=self.capacity,
+        )
+        decision = self.policy.decide(snapshot)
+        batches: dict[str, list[tuple[_Action, Placement]]] = {}
+        for placement in decision.placements:
+            action = self.pending.pop(placement.action_id, None)
+            if action is None:
+                raise PolicyError(f"{self.policy_name}: unknown or repeated {placement.action_id}")
+            key = placement.batch_id or placement.action_id
+            batches.setdefault(key, []).append((action, placement))
+        for members in batches.values():
+            self._start(members)
+
+    def _start(self, members: list[tuple[_Action, Placement]]) -> None:
+        now = self.now
+        node = self.nodes.get(members[0][1].node_id)
+        if node is None:
+            raise PolicyError(f"{self.policy_name}: unknown node {members[0][1].node_id}")
+        runs: list[float] = []
+        setup = 0.0
+        start = 0.0
+        for action, placement in members:
+            if placement.node_id != node.id:
+                raise PolicyError(f"{self.policy_name}: batch split across nodes")
+            if action.type.id not in node.executors:
+                raise PolicyError(f"{self.policy_name}: {action.type.id} placed on {node.id}")
+            self._hold(action, node, placement)
+            elasticity = action.type.elasticity
+            action.units = placement.units
+            if action.is_lease:
+                runs.append(0.0)
+            else:
+                runs.append(action.base_s / speedup(elasticity, placement.units))
+            if action.type.affinity and not action.type.affinity <= node.warm.keys():
+                setup = max(setup, action.type.setup_s)
+            start = max(start, action.type.start_s)
+        for key in sorted({k for action, _ in members for k in action.type.affinity}):
+            node.warm[key] = None
+            node.warm.move_to_end(key)
+            while len(node.warm) > node.warm_slots:
+                node.warm.popitem(last=False)
+        node.view = None
+        longest = max(runs)
+        marginal = members[0][0].type.batch_marginal
+        run_s = longest + marginal * (sum(runs) - longest)
+        for (action, _), own in zip(members, runs, strict=True):
+            action.started = now
+            action.run_s = own
+            if action.is_lease:
+                trajectory = action.trajectory
+                assert trajectory is not None
+                trajectory.wait_s = now + setup + start - action.submitted
+                self._push(now + setup + start, _LEASE_READY, trajectory)
+            else:
+                self._push(now + setup + start + run_s, _FINISH, action)
+
+    def _hold(self, action: _Action, node: _Node, placement: Placement) -> None:
+        for kind, amount in placement.allocation.items():
+            if amount < -EPSILON or amount > node.free.get(kind, 0.0) + 1e-6:
+                raise PolicyError(
+                    f"{self.policy_name}: {action.id} takes {amount} {kind} on {node.id} "
+                    f"with {node.free.get(kind, 0.0)} free"
+                )
+        quota = self.workload.quotas.get(action.tenant)
+        usage = self.usage.setdefault(action.tenant, {})
+        for kind, amount in placement.allocation.items():
+            node.free[kind] = node.free.get(kind, 0.0) - amount
+            usage[kind] = usage.get(kind, 0.0) + amount
+            if quota is not None and kind in quota.limit and usage[kind] > quota.limit[kind] + 1e-6:
+                raise PolicyError(f"{self.policy_name}: {action.tenant} over its {kind} limit")
+        gpus = placement.gpus
+        count = int(round(placement.allocation.get("gpu", 0.0)))
+        if node.gpu_groups and count:
+            if gpus:
+                held = set(gpus)
+                for group in node.gpu_free:
+                    group[:] = [g for g in group if g not in held]
+            else:
+                taken: list[str] = []
+                for group in node.gpu_free:
+                    while group and len(taken) < count:
+                        taken.append(group.pop(0))
+                gpus = tuple(taken)
+        action.node = node
+        action.allocation = dict(placement.allocation)
+        action.gpus = gpus
+        node.view = None
+        if not node.has_room():
+            self._room.discard(node.id)
+
+    def _release(self, action: _Action) -> None:
+        node = action.node
+        assert node is not None
+        held_s = self.now - action.started
+        usage = self.usage[action.tenant]
+        for kind, amount in action.allocation.items():
+            node.free[kind] = node.free.get(kind, 0.0) + amount
+            usage[kind] = usage.get(kind, 0.0) - amount
+            self.busy[kind] = self.busy.get(kind, 0.0) + amount * held_s
+        if action.gpus:
+            for gpu in action.gpus:
+                for position, group in enumerate(node.gpu_groups):
+                    if gpu in group and gpu not in node.gpu_free[position]:
+                        node.gpu_free[position].append(gpu)
+                        node.gpu_free[position].sort()
+        action.allocation = {}
+        node.view = None
+        self._room.add(node.id)
+        self._wake()
+
+    def _finish(self, action: _Action) -> None:
+        action.finished = self.now
+        in_lease = action.allocation == {} and not action.is_lease
+        if not in_lease:
+            self._release(action)
+        self.acts.append(self.now - action.origin)
+        key = (action.tenant, action.type.id)
+        self.stats[key] = stat_update(
+            self.stats.get(key),
+            work_at_min_units(action.type.elasticity, action.run_s, action.units),
+        )
+        if self.keep_records or self.on_record is not None:
+            record = ActionRecord(
+                action.id,
+                action.tenant,
+                action.type.id,
+                action.origin,
+                action.started,
+                action.finished,
+                action.node.id if action.node else "",
+                action.units,
+                action.base_s,
+            )
+            if self.keep_records:
+                self.records.append(record)
+            if self.on_record is not None:
+                self.on_record(record)
+        trajectory = action.trajectory
+        if trajectory is not None:
+            self._next_turn(trajectory)
+
+
+def _lease_type(task: Task) -> ActionType | None:
+    """The sandbox a trajectory holds in ``static``: its largest trajectory-bound demand."""
+    bound = [
+        a
+        for a in (*task.actions, *([task.reward] if task.reward else []))
+        if a.binding == "trajectory"
+    ]
+    if not bound:
+        return None
+    demand: dict[str, float] = {}
+    for action in bound:
+        for kind, amount in action.demand.items():
+            demand[kind] = max(demand.get(kind, 0.0), amount)
+    return ActionType(
+        id=f"{task.name}.{LEASE_SUFFIX}",
+        executor=bound[0].executor,
+        demand=demand,
+        duration_s=bound[0].duration_s,
+        binding="trajectory",
+        setup_s=max(a.setup_s for a in bound),
+        affinity=frozenset().union(*(a.affinity for a in bound)),
+        start_s=max(a.start_s for a in bound),
+    )
+
+
+def simulate(workload: Workload, policy: str | Policy, *, keep_records: bool = False) -> SimResult:
+    return Simulation(workload, policy, keep_records=keep_records).run()
+
+
+def run_many(
+    workload: Workload, policies: Iterable[str], seeds: Iterable[int]
+) -> dict[str, list[SimResult]]:
+    out: dict[str, list[SimResult]] = {}
+    for seed in seeds:
+        seeded = workload.with_seed(seed)
+        for name in policies:
+            out.setdefault(name, []).append(simulate(seeded, name))
+    return out

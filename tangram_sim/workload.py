@@ -1,0 +1,232 @@
+"""Workloads: the YAML format under ``fixtures/workloads/`` and its typed form.
+
+See ``fixtures/workloads/README.md`` for the format. Every random draw comes
+from a stream seeded by (seed, task, step, trajectory), so all policies replay
+exactly the same trajectories, think times and action durations.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tangram_policy.types import Elasticity, TenantQuota
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    """``const`` (value), ``uniform`` (low, high), ``lognormal`` / ``exponential`` (mean, cv)."""
+
+    kind: str = "const"
+    value: float = 0.0
+    low: float = 0.0
+    high: float = 0.0
+    mean: float = 0.0
+    cv: float = 1.0
+
+    def sample(self, rng: random.Random) -> float:
+        if self.kind == "const":
+            return self.value
+        if self.kind == "uniform":
+            return rng.uniform(self.low, self.high)
+        if self.kind == "exponential":
+            return rng.expovariate(1.0 / self.mean) if self.mean > 0 else 0.0
+        if self.kind == "lognormal":
+            sigma2 = math.log(1.0 + self.cv * self.cv)
+            return rng.lognormvariate(math.log(self.mean) - sigma2 / 2.0, math.sqrt(sigma2))
+        raise ValueError(f"unknown distribution {self.kind!r}")
+
+    def expected(self) -> float:
+        if self.kind == "const":
+            return self.value
+        if self.kind == "uniform":
+            return (self.low + self.high) / 2.0
+        return self.mean
+
+
+@dataclass(frozen=True, slots=True)
+class ActionType:
+    """An action a trajectory submits; ``id`` is ``<task>.<name>``, the policy's type."""
+
+    id: str
+    executor: str
+    demand: Mapping[str, float]
+    duration_s: Dist
+    weight: float = 1.0
+    #: ``trajectory``: in ``static`` it runs in the sandbox its trajectory holds;
+    #: ``task``: in ``static`` it runs on the task's fixed share of the pool.
+    binding: str = "trajectory"
+    elasticity: Elasticity = field(default_factory=Elasticity)
+    #: Setup on a node that is not warm with ``affinity`` (image pull, model load).
+    setup_s: float = 0.0
+    affinity: frozenset[str] = frozenset()
+    #: Per-execution start (a sandbox restored from its snapshot): action-level
+    #: policies pay it per action, ``static`` once per trajectory.
+    start_s: float = 0.0
+    batch_limit: int = 1
+    #: Extra time per extra batch member, as a fraction of its own duration.
+    batch_marginal: float = 1.0
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    name: str
+    tenant: str
+    steps: int
+    trajectories: int
+    turns: Dist
+    think_s: Dist
+    actions: tuple[ActionType, ...]
+    reward: ActionType | None = None
+    #: Trainer time between the last trajectory of a step and the next step.
+    train_s: float = 0.0
+    #: Offset of the first step (tasks of a mix need not start together).
+    start_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    name: str
+    count: float
+    capacity: Mapping[str, float]
+    executors: frozenset[str]
+    gpu_groups: int = 1
+    warm_slots: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    seed: int
+    pool: tuple[NodeGroup, ...]
+    quotas: Mapping[str, TenantQuota]
+    tasks: tuple[Task, ...]
+    #: Scheduling rounds happen at most this often (0: after every batch of events).
+    round_interval_s: float = 0.0
+
+    def with_seed(self, seed: int) -> Workload:
+        return replace(self, seed=seed)
+
+    def scaled(self, factor: float) -> Workload:
+        """The same workload on ``factor`` times the pool: whole nodes, then one partial node."""
+        return replace(self, pool=tuple(replace(g, count=g.count * factor) for g in self.pool))
+
+    def action_types(self) -> dict[str, ActionType]:
+        out: dict[str, ActionType] = {}
+        for task in self.tasks:
+            for action in (*task.actions, *([task.reward] if task.reward else [])):
+                out[action.id] = action
+        return out
+
+
+INTEGRAL_KINDS = ("gpu",)
+
+
+def _dist(raw: Any, field_name: str) -> Dist:
+    if isinstance(raw, int | float):
+        return Dist("const", value=float(raw))
+    if not isinstance(raw, dict):
+        raise ValueError(f"{field_name}: expected a number or a distribution mapping")
+    kind = raw.get("dist", "const")
+    return Dist(
+        kind=kind,
+        value=float(raw.get("value", 0.0)),
+        low=float(raw.get("low", 0.0)),
+        high=float(raw.get("high", 0.0)),
+        mean=float(raw.get("mean", 0.0)),
+        cv=float(raw.get("cv", 1.0)),
+    )
+
+
+def _resources(raw: Any) -> dict[str, float]:
+    return {str(k): float(v) for k, v in (raw or {}).items()}
+
+
+def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
+    elasticity = raw.get("elasticity") or {}
+    demand = _resources(raw["demand"])
+    batch = raw.get("batch") or {}
+    return ActionType(
+        id=f"{task}.{raw['type']}",
+        executor=str(raw["executor"]),
+        demand=demand,
+        duration_s=_dist(raw["duration_s"], f"{task}.{raw['type']}.duration_s"),
+        weight=float(raw.get("weight", 1.0)),
+        binding=str(raw.get("binding", default_binding)),
+        elasticity=Elasticity(
+            min_units=int(elasticity.get("min_units", 1)),
+            max_units=int(elasticity.get("max_units", elasticity.get("min_units", 1))),
+            parallel_fraction=float(elasticity.get("parallel_fraction", 0.0)),
+            unit_kind=str(elasticity.get("unit_kind", "gpu" if demand.get("gpu") else "cpu")),
+        ),
+        setup_s=float(raw.get("setup_s", 0.0)),
+        affinity=frozenset(raw.get("affinity") or ()),
+        start_s=float(raw.get("start_s", 0.0)),
+        batch_limit=int(batch.get("limit", 1)),
+        batch_marginal=float(batch.get("marginal", 1.0)),
+        priority=int(raw.get("priority", 0)),
+    )
+
+
+def workload_from_dict(raw: Mapping[str, Any]) -> Workload:
+    pool = tuple(
+        NodeGroup(
+            name=str(g["name"]),
+            count=float(g.get("count", 1)),
+            capacity=_resources(g["capacity"]),
+            executors=frozenset(g["executors"]),
+            gpu_groups=int(g.get("gpu_groups", 1)),
+            warm_slots=int(g.get("warm_slots", 4)),
+        )
+        for g in raw["pool"]
+    )
+    quotas = {
+        str(t["name"]): TenantQuota(
+            tenant=str(t["name"]),
+            guaranteed=_resources(t.get("guaranteed")),
+            limit=_resources(t.get("limit")),
+            weight=float(t.get("weight", 1.0)),
+            lend_guarantee=bool(t.get("lend_guarantee", True)),
+        )
+        for t in raw.get("tenants") or ()
+    }
+    tasks = []
+    for t in raw["tasks"]:
+        name = str(t["name"])
+        tasks.append(
+            Task(
+                name=name,
+                tenant=str(t.get("tenant", "default")),
+                steps=int(t["steps"]),
+                trajectories=int(t["trajectories"]),
+                turns=_dist(t["turns"], f"{name}.turns"),
+                think_s=_dist(t.get("think_s", 0.0), f"{name}.think_s"),
+                actions=tuple(_action(name, a, "trajectory") for a in t.get("actions") or ()),
+                reward=_action(name, t["reward"], "task") if t.get("reward") else None,
+                train_s=float(t.get("train_s", 0.0)),
+                start_s=float(t.get("start_s", 0.0)),
+            )
+        )
+    return Workload(
+        name=str(raw.get("name", "workload")),
+        seed=int(raw.get("seed", 1)),
+        pool=pool,
+        quotas=quotas,
+        tasks=tuple(tasks),
+        round_interval_s=float((raw.get("sim") or {}).get("round_interval_s", 0.0)),
+    )
+
+
+def load_workload(path: str | Path) -> Workload:
+    with open(path, encoding="utf-8") as handle:
+        raw = yaml.safe_load(handle)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return workload_from_dict(raw)
