@@ -1,0 +1,348 @@
+"""The node agent: holds a websocket to the server and runs what it is assigned.
+
+Runs outlive connections. A disconnect only pauses reporting: the agent
+reconnects with backoff, registers again listing what it still runs, and
+re-sends every result the server has not acknowledged, so a flaky network
+loses no work and reports nothing twice that the server would count twice
+(the server keeps the first result per attempt and acks every copy).
+
+Embeddable: ``await Agent(config).run()`` in any event loop, and ``stop()``
+from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from tangram_agent.config import AgentConfig
+from tangram_agent.executors import Executor, Outcome, Sandbox, build_executors
+from tangram_agent.protocol import (
+    PROTOCOL_VERSION,
+    ActionRef,
+    Assignment,
+    Heartbeat,
+    Register,
+    Result,
+    Started,
+)
+
+log = logging.getLogger("tangram.agent")
+
+RunKey = tuple[str, int]
+#: How long to wait for ``registered`` after sending ``register``.
+REGISTER_TIMEOUT_S = 30.0
+#: How long a stopping agent waits for the last results to be acknowledged.
+FLUSH_TIMEOUT_S = 5.0
+
+
+class AgentRejected(Exception):
+    """The server refused this agent (bad token, protocol mismatch ...)."""
+
+
+class Agent:
+    def __init__(
+        self, config: AgentConfig, *, executors: Mapping[str, Executor] | None = None
+    ) -> None:
+        self.config = config
+        self._executors: dict[str, Executor] = dict(executors) if executors is not None else {}
+        self._build_executors = executors is None
+        self._sandbox: Sandbox | None = None
+        self._runs: dict[RunKey, asyncio.Task[None]] = {}
+        #: Runs killed by a forced shutdown: they get no result, the lease re-queues them.
+        self._abandoned: set[RunKey] = set()
+        self._unacked: dict[RunKey, Result] = {}
+        self._ws: ClientConnection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = threading.Event()
+        self._stop_event: asyncio.Event | None = None
+        self._flushed: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self.node_id: str | None = None
+        #: Set while registered with the server (for embedding and tests).
+        self.registered = threading.Event()
+
+    # -- public --------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop taking work, finish (or after the grace period kill) runs, exit.
+
+        Safe to call from any thread, and before ``run()`` started.
+        """
+        self._stop_requested.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake_stop)
+
+    @property
+    def running(self) -> list[ActionRef]:
+        return [{"action": a, "attempt": n} for a, n in self._runs]
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        self._flushed = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.config.max_concurrency)
+        if self._stop_requested.is_set():
+            self._stop_event.set()
+        if self._build_executors:
+            self._executors, self._sandbox = await asyncio.to_thread(
+                build_executors, self.config.executors, self.config.sandbox_settings()
+            )
+        log.info(
+            "agent %s starting: server=%s capacity=%s executors=%s",
+            self.config.name,
+            self.config.ws_url,
+            self.config.capacity,
+            sorted(self._executors),
+        )
+        connection = asyncio.create_task(self._connection_loop(), name="tangram-agent-connection")
+        try:
+            await self._stop_event.wait()
+            await self._drain()
+        finally:
+            connection.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connection
+            for task in self._runs.values():
+                task.cancel()
+            if self._sandbox is not None:
+                self._sandbox.close()
+            self.registered.clear()
+            log.info("agent %s stopped", self.config.name)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _wake_stop(self) -> None:
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def _drain(self) -> None:
+        runs = list(self._runs.values())
+        if runs:
+            log.info(
+                "stopping: waiting up to %gs for %d running action(s)",
+                self.config.shutdown_grace_s,
+                len(runs),
+            )
+            _, pending = await asyncio.wait(runs, timeout=self.config.shutdown_grace_s)
+            if pending:
+                log.warning(
+                    "stopping: killing %d action(s) still running; the server re-queues them",
+                    len(pending),
+                )
+                for key, task in list(self._runs.items()):
+                    self._abandoned.add(key)
+                    task.cancel()
+                await asyncio.wait(pending, timeout=10)
+        if self._unacked:
+            assert self._flushed is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._flushed.wait(), FLUSH_TIMEOUT_S)
+            if self._unacked:
+                log.warning("stopping with %d unacknowledged result(s)", len(self._unacked))
+
+    @property
+    def _stopping(self) -> bool:
+        return self._stop_event is not None and self._stop_event.is_set()
+
+    # -- connection ----------------------------------------------------------
+
+    async def _connection_loop(self) -> None:
+        failures = 0
+        while True:
+            try:
+                async with connect(
+                    self.config.ws_url,
+                    additional_headers={"Authorization": f"Bearer {self.config.token}"},
+                    open_timeout=10,
+                    max_size=None,
+                ) as ws:
+                    await self._session(ws)
+                    failures = 0
+                    log.warning("connection to %s closed", self.config.ws_url)
+            except AgentRejected as exc:
+                log.error("server rejected agent %s: %s", self.config.name, exc)
+            except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake, InvalidURI) as exc:
+                log.warning("connection to %s failed: %r", self.config.ws_url, exc)
+            finally:
+                self._ws = None
+                self.registered.clear()
+            failures += 1
+            delay = min(self.config.reconnect_max_s, 0.25 * 2 ** min(failures, 10))
+            delay *= random.uniform(0.5, 1.0)
+            log.info("reconnecting in %.2fs", delay)
+            await asyncio.sleep(delay)
+
+    async def _session(self, ws: ClientConnection) -> None:
+        register: Register = {
+            "type": "register",
+            "protocol": PROTOCOL_VERSION,
+            "node": self.config.name,
+            "capacity": self.config.capacity,
+            "executors": sorted(self._executors),
+            "warm": [],
+            "labels": dict(self.config.labels),
+            "running": self.running,
+        }
+        await ws.send(json.dumps(register))
+        reply = json.loads(await asyncio.wait_for(ws.recv(), REGISTER_TIMEOUT_S))
+        if reply.get("type") == "error":
+            raise AgentRejected(reply.get("message", ""))
+        if reply.get("type") != "registered":
+            raise AgentRejected(f"expected 'registered', got {reply.get('type')!r}")
+        self.node_id = str(reply["node_id"])
+        interval = float(reply.get("heartbeat_interval_s") or 5.0)
+        log.info(
+            "registered as node %s (heartbeat %gs, %d running, %d result(s) to re-send)",
+            self.node_id,
+            interval,
+            len(self._runs),
+            len(self._unacked),
+        )
+        self._ws = ws
+        self.registered.set()
+        for result in list(self._unacked.values()):
+            await ws.send(json.dumps(result))
+        heartbeat = asyncio.create_task(self._heartbeat(ws, interval))
+        try:
+            async for raw in ws:
+                self._handle(json.loads(raw))
+        finally:
+            heartbeat.cancel()
+
+    async def _heartbeat(self, ws: ClientConnection, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            message: Heartbeat = {"type": "heartbeat", "running": self.running}
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(json.dumps(message))
+
+    async def _send(self, message: Mapping[str, Any]) -> bool:
+        ws = self._ws
+        if ws is None:
+            return False
+        try:
+            await ws.send(json.dumps(message))
+        except ConnectionClosed:
+            return False
+        return True
+
+    # -- messages --------------------------------------------------------------
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "assign":
+            self._on_assign(cast(Assignment, message["action"]))
+        elif kind == "cancel":
+            self._on_cancel((str(message["action"]), int(message["attempt"])))
+        elif kind == "ack":
+            self._unacked.pop((str(message["action"]), int(message["attempt"])), None)
+            if not self._unacked and self._flushed is not None:
+                self._flushed.set()
+        elif kind == "error":
+            log.error("server error: %s", message.get("message"))
+        else:
+            log.warning("ignoring unknown message type %r", kind)
+
+    def _on_assign(self, assignment: Assignment) -> None:
+        key = (str(assignment["id"]), int(assignment["attempt"]))
+        if key in self._runs:
+            return
+        if key in self._unacked:
+            self._send_soon(self._unacked[key])
+            return
+        if self._stopping:
+            log.warning("stopping: not starting %s attempt %d", *key)
+            return
+        log.info("assigned %s attempt %d (%s)", key[0], key[1], assignment["type"])
+        self._runs[key] = asyncio.create_task(self._run_action(key, assignment))
+
+    def _on_cancel(self, key: RunKey) -> None:
+        task = self._runs.get(key)
+        if task is not None:
+            log.info("cancelling %s attempt %d", *key)
+            task.cancel()
+        elif key not in self._unacked:
+            # Never held (or long finished and acked): confirm, so the server can close it.
+            self._send_soon(self._result(key, Outcome(state="cancelled", finished_at=time.time())))
+
+    def _send_soon(self, message: Mapping[str, Any]) -> None:
+        asyncio.get_running_loop().create_task(self._send(message))
+
+    # -- running ---------------------------------------------------------------
+
+    async def _run_action(self, key: RunKey, assignment: Assignment) -> None:
+        assert self._slots is not None
+        started_at: float | None = None
+        try:
+            async with self._slots:
+                started_at = time.time()
+                started: Started = {
+                    "type": "started",
+                    "action": key[0],
+                    "attempt": key[1],
+                    "started_at": started_at,
+                }
+                await self._send(started)
+                outcome = await self._execute(assignment)
+        except asyncio.CancelledError:
+            if key in self._abandoned:
+                self._runs.pop(key, None)
+                raise
+            outcome = Outcome(
+                state="cancelled",
+                error="cancelled",
+                started_at=started_at,
+                finished_at=time.time(),
+            )
+        result = self._result(key, outcome)
+        self._unacked[key] = result
+        if self._flushed is not None:
+            self._flushed.clear()
+        self._runs.pop(key, None)
+        log.info("finished %s attempt %d: %s %s", key[0], key[1], outcome.state, outcome.error)
+        await self._send(result)
+
+    async def _execute(self, assignment: Assignment) -> Outcome:
+        executor = self._executors.get(assignment["type"])
+        if executor is None:
+            return Outcome.invalid(
+                f"no executor for {assignment['type']!r} on this node "
+                f"(it has {sorted(self._executors)})"
+            )
+        try:
+            return await executor.execute(assignment)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("executor %s crashed on %s", assignment["type"], assignment["id"])
+            return Outcome.invalid(f"executor error: {exc!r}")
+
+    @staticmethod
+    def _result(key: RunKey, outcome: Outcome) -> Result:
+        return {
+            "type": "result",
+            "action": key[0],
+            "attempt": key[1],
+            "state": outcome.state,
+            "exit_code": outcome.exit_code,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+            "stdout_truncated": outcome.stdout_truncated,
+            "stderr_truncated": outcome.stderr_truncated,
+            "error": outcome.error,
+            "started_at": outcome.started_at,
+            "finished_at": outcome.finished_at,
+        }

@@ -1,0 +1,80 @@
+"""Agent configuration: one frozen object, from the command line and the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from tangram_agent.executors import DEFAULT_OUTPUT_CAP, KNOWN_EXECUTORS, SandboxSettings
+
+
+def default_cpu() -> float:
+    return float(os.cpu_count() or 1)
+
+
+def default_memory_mib() -> float:
+    """80% of the host's memory: the rest is for the OS, the agent and page cache."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return float(int(int(line.split()[1]) / 1024 * 0.8))
+    except OSError:
+        pass
+    return 1024.0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    server: str
+    token: str
+    name: str
+    cpu: float = field(default_factory=default_cpu)
+    memory_mib: float = field(default_factory=default_memory_mib)
+    executors: tuple[str, ...] = KNOWN_EXECUTORS
+    labels: dict[str, str] = field(default_factory=dict)
+    work_root: Path | None = None
+    output_cap: int = DEFAULT_OUTPUT_CAP
+    #: Defensive cap on concurrent runs; the server already assigns within capacity.
+    max_concurrency: int = 64
+    cgroup_parent: str | None = None
+    reconnect_max_s: float = 5.0
+    #: How long SIGTERM waits for in-flight runs before killing them.
+    shutdown_grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        scheme = urlsplit(self.server).scheme
+        if scheme not in ("http", "https", "ws", "wss"):
+            raise ValueError(f"server must be an http(s):// or ws(s):// URL, got {self.server!r}")
+        if not self.token:
+            raise ValueError("an agent token is required (--token or TANGRAM_AGENT_TOKEN)")
+        if not self.name:
+            raise ValueError("a node name is required (--name or TANGRAM_NODE_NAME)")
+        if self.cpu <= 0 or self.memory_mib <= 0:
+            raise ValueError("cpu and memory must be positive")
+        if self.max_concurrency < 1 or self.output_cap < 0:
+            raise ValueError("max_concurrency must be >= 1 and output_cap >= 0")
+        unknown = sorted(set(self.executors) - set(KNOWN_EXECUTORS))
+        if unknown:
+            raise ValueError(f"unknown executors {unknown}; known: {list(KNOWN_EXECUTORS)}")
+
+    @property
+    def ws_url(self) -> str:
+        parts = urlsplit(self.server)
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+        path = parts.path.rstrip("/") + "/ws/agent/"
+        return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+    @property
+    def capacity(self) -> dict[str, float]:
+        return {"cpu": self.cpu, "memory": self.memory_mib}
+
+    def sandbox_settings(self) -> SandboxSettings:
+        settings = SandboxSettings(
+            output_cap=self.output_cap, slots=self.max_concurrency, cgroup_parent=self.cgroup_parent
+        )
+        if self.work_root is not None:
+            settings = replace(settings, work_root=self.work_root)
+        return settings

@@ -1,0 +1,43 @@
+"""Executors by action type, and the one place that builds them."""
+
+from __future__ import annotations
+
+from tangram_agent.executors.base import DEFAULT_OUTPUT_CAP, Executor, Outcome, PayloadError
+from tangram_agent.executors.sandbox import Sandbox, SandboxExecutor, SandboxSettings
+from tangram_agent.executors.sleep import SleepExecutor
+
+KNOWN_EXECUTORS = ("sandbox.python", "sandbox.bash", "sleep")
+
+__all__ = [
+    "DEFAULT_OUTPUT_CAP",
+    "KNOWN_EXECUTORS",
+    "Executor",
+    "Outcome",
+    "PayloadError",
+    "Sandbox",
+    "SandboxExecutor",
+    "SandboxSettings",
+    "SleepExecutor",
+    "build_executors",
+]
+
+
+def build_executors(
+    names: list[str] | tuple[str, ...], sandbox_settings: SandboxSettings
+) -> tuple[dict[str, Executor], Sandbox | None]:
+    """Executors for ``names``; the shared sandbox (if any) must be closed by the caller."""
+    unknown = sorted(set(names) - set(KNOWN_EXECUTORS))
+    if unknown:
+        raise ValueError(f"unknown executors {unknown}; known: {list(KNOWN_EXECUTORS)}")
+    executors: dict[str, Executor] = {}
+    sandbox = None
+    if any(name.startswith("sandbox.") for name in names):
+        sandbox = Sandbox(sandbox_settings)
+    for name in names:
+        if name == "sleep":
+            executors[name] = SleepExecutor(output_cap=sandbox_settings.output_cap)
+        elif sandbox is not None and name == "sandbox.python":
+            executors[name] = SandboxExecutor(sandbox, "python")
+        elif sandbox is not None and name == "sandbox.bash":
+            executors[name] = SandboxExecutor(sandbox, "bash")
+    return executors, sandbox

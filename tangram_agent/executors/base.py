@@ -1,0 +1,51 @@
+"""What an executor is: an async callable from an assignment to an outcome.
+
+Cancellation is asyncio cancellation: the agent cancels the run's task, and an
+executor must stop its work (kill processes, remove files) before letting
+``CancelledError`` through. The agent, not the executor, turns that into a
+``cancelled`` result, so every executor cancels the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from tangram_agent.protocol import Assignment, ResultState
+
+DEFAULT_OUTPUT_CAP = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: ResultState
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    error: str = ""
+    started_at: float | None = None
+    finished_at: float = 0.0
+
+    @classmethod
+    def invalid(cls, error: str) -> Outcome:
+        """A run that never started because its payload or type is wrong."""
+        return cls(state="failed", error=error, finished_at=time.time())
+
+
+class Executor(Protocol):
+    async def execute(self, assignment: Assignment) -> Outcome: ...
+
+
+class PayloadError(ValueError):
+    """A payload that does not match what its executor needs."""
+
+
+def cap_text(data: str, cap: int) -> tuple[str, bool]:
+    """Cut ``data`` to at most ``cap`` UTF-8 bytes, saying whether it was cut."""
+    raw = data.encode()
+    if len(raw) <= cap:
+        return data, False
+    return raw[:cap].decode(errors="ignore"), True

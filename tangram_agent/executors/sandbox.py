@@ -1,0 +1,582 @@
+"""``sandbox.python`` and ``sandbox.bash``: untrusted code under bubblewrap.
+
+Layers, each covering what the others miss:
+
+- bubblewrap namespaces: no network (loopback only), its own pids (when the
+  command exits or bwrap is killed, the kernel kills everything left in the
+  namespace), nothing of the host visible but ``/usr`` read-only, a fresh
+  ``/sandbox`` work dir and a ``/tmp`` tmpfs; the agent's environment cleared.
+- an unprivileged host uid per concurrent slot (``uid_base + slot``) when the
+  agent is root: the code never runs as root, even in its namespace, and
+  RLIMIT_NPROC (per real uid, ignored for root) means something.
+- a cgroup per run (:mod:`tangram_agent.cgroups`): memory (OOM kills are
+  reported as such), process count, CPU cores; and a complete kill list.
+- rlimits: CPU seconds, file size, open files, no core dumps; address space
+  only when there is no memory cgroup.
+
+Without bwrap or cgroups it still runs, with what is left, and says so loudly
+once at start-up: check ``Sandbox.isolation``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from tangram_agent.cgroups import CgroupManager, RunCgroup
+from tangram_agent.executors.base import DEFAULT_OUTPUT_CAP, Outcome, PayloadError
+from tangram_agent.protocol import Assignment
+
+log = logging.getLogger("tangram.agent")
+
+LAUNCHER = str(Path(__file__).with_name("_launch.py"))
+SANDBOX_DIR = "/sandbox"
+SANDBOX_UID = 1000
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+Language = Literal["python", "bash"]
+#: Exit code of the launcher when it could not set the sandbox up.
+LAUNCH_FAILED = 125
+
+
+def default_work_root() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/tangram/work")
+    return Path(tempfile.gettempdir()) / f"tangram-work-{os.geteuid()}"
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    work_root: Path = field(default_factory=default_work_root)
+    output_cap: int = DEFAULT_OUTPUT_CAP
+    #: Concurrent runs; each holds one slot (and, as root, its own uid).
+    slots: int = 64
+    uid_base: int = 60000
+    pids_max: int = 256
+    default_memory_mib: float = 512.0
+    default_cpus: float = 1.0
+    default_timeout_s: float = 600.0
+    file_size_mib: int = 1024
+    open_files: int = 1024
+    python: str = "/usr/bin/python3"
+    bash: str = "/usr/bin/bash"
+    bwrap: str | None = field(default_factory=lambda: shutil.which("bwrap"))
+    #: A delegated cgroup v2 directory; None probes the agent's own cgroups.
+    cgroup_parent: str | None = None
+    #: Host directories bound writable into every sandbox: (host path, sandbox path).
+    extra_binds: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SandboxPayload:
+    code: str
+    stdin: str
+    files: dict[str, str]
+    args: list[str]
+
+    @classmethod
+    def parse(cls, payload: dict[str, Any], main_name: str) -> SandboxPayload:
+        code = payload.get("code")
+        if not isinstance(code, str):
+            raise PayloadError("code is required and must be a string")
+        stdin = payload.get("stdin", "")
+        if not isinstance(stdin, str):
+            raise PayloadError("stdin must be a string")
+        args = payload.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise PayloadError("args must be a list of strings")
+        files = payload.get("files", {})
+        if not isinstance(files, dict):
+            raise PayloadError("files must be an object of relative path to text")
+        for name, text in files.items():
+            path = PurePosixPath(name)
+            if not name or path.is_absolute() or ".." in path.parts or name.endswith("/"):
+                raise PayloadError(f"files: {name!r} is not a relative file path")
+            if str(path) == main_name:
+                raise PayloadError(f"files: {name!r} would replace the code")
+            if not isinstance(text, str):
+                raise PayloadError(f"files: {name!r} must map to a string")
+            if "\0" in name:
+                raise PayloadError("files: a path contains a NUL byte")
+        if any("\0" in a for a in args):
+            raise PayloadError("args: an argument contains a NUL byte")
+        return cls(code=code, stdin=stdin, files=dict(files), args=list(args))
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What this host gives the sandbox; logged at start-up, shown by the agent."""
+
+    bwrap: bool
+    cgroups: str | None
+    uid_per_slot: bool
+    warnings: tuple[str, ...]
+
+
+class _CappedReader:
+    """Drain a pipe to the end, keeping only the first ``cap`` bytes.
+
+    Draining past the cap matters: a child blocked on a full pipe would look
+    like a hang and end as a timeout instead of a truncated success.
+    """
+
+    def __init__(self, stream: asyncio.StreamReader, cap: int) -> None:
+        self.stream = stream
+        self.cap = cap
+        self.data = bytearray()
+        self.truncated = False
+
+    async def drain(self) -> None:
+        while chunk := await self.stream.read(65536):
+            room = self.cap - len(self.data)
+            if len(chunk) > room:
+                self.truncated = True
+            if room > 0:
+                self.data += chunk[:room]
+
+    def text(self) -> str:
+        return self.data.decode(errors="replace")
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64]
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _check_traversable(path: Path) -> None:
+    """Fail at start-up, not per run, if slot uids cannot reach their work dirs."""
+    for parent in [path, *path.parents]:
+        if not os.stat(parent).st_mode & 0o001:
+            raise ValueError(
+                f"sandbox work root {path}: {parent} is not searchable by other users, "
+                "so sandbox uids cannot reach their work dirs; choose another --work-root"
+            )
+
+
+class Sandbox:
+    """Shared state of the sandbox executors of one agent: probes, slots, cgroups.
+
+    Use from one event loop.
+    """
+
+    def __init__(self, settings: SandboxSettings | None = None) -> None:
+        self.settings = settings or SandboxSettings()
+        self._root = os.geteuid() == 0
+        self.work_root = self.settings.work_root
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        # Slot uids must traverse it to reach their run dir; nobody may list it.
+        os.chmod(self.work_root, 0o711)
+        if self._root:
+            _check_traversable(self.work_root)
+        self._cgroups = CgroupManager.probe(parent=self.settings.cgroup_parent)
+        self._bwrap_extra = self._probe_bwrap()
+        self.isolation = self._describe()
+        for warning in self.isolation.warnings:
+            log.warning("SANDBOX DEGRADED: %s", warning)
+        log.info(
+            "sandbox: bwrap=%s cgroups=%s uid_per_slot=%s work_root=%s",
+            self.isolation.bwrap,
+            self.isolation.cgroups,
+            self.isolation.uid_per_slot,
+            self.work_root,
+        )
+        self._free_slots: asyncio.Queue[int] = asyncio.Queue()
+        for slot in range(self.settings.slots):
+            self._free_slots.put_nowait(slot)
+
+    def _probe_bwrap(self) -> list[str] | None:
+        """The extra bwrap flags this bwrap accepts, or None if bwrap cannot run here."""
+        if not self.settings.bwrap:
+            return None
+        uid = self.settings.uid_base if self._root else None
+        last_error = ""
+        for extra in (["--disable-userns"], []):
+            argv = self._bwrap_argv(extra, etc=None, work=None, env={}) + ["/usr/bin/true"]
+            spec = self._spec(argv, env={}, uid=uid, rlimits={}, cgroup=None, cwd="/")
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-I", "-S", LAUNCHER, json.dumps(spec)],
+                    capture_output=True,
+                    timeout=30,
+                    env={},
+                    cwd="/",
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                last_error = str(exc)
+                continue
+            if done.returncode == 0:
+                return extra
+            last_error = done.stderr.decode(errors="replace").strip()
+        log.error("bwrap at %s does not work here: %s", self.settings.bwrap, last_error)
+        return None
+
+    def _describe(self) -> Isolation:
+        warnings = []
+        if self._bwrap_extra is None:
+            warnings.append(
+                "bubblewrap unavailable: sandboxed code runs as a plain process "
+                "with NO filesystem or network isolation"
+            )
+        if self._cgroups is None:
+            warnings.append(
+                "no usable cgroups: memory via RLIMIT_AS only, process count via "
+                "RLIMIT_NPROC only, no CPU-core limit"
+            )
+        if not self._root:
+            warnings.append(
+                "agent is not root: sandboxes share the agent's uid"
+                + ("" if self._cgroups else ", so RLIMIT_NPROC is shared and not set")
+            )
+        cgroups = None
+        if self._cgroups is not None:
+            cgroups = f"v{self._cgroups.version}:{','.join(self._cgroups.controllers)}"
+        return Isolation(
+            bwrap=self._bwrap_extra is not None,
+            cgroups=cgroups,
+            uid_per_slot=self._root,
+            warnings=tuple(warnings),
+        )
+
+    def close(self) -> None:
+        if self._cgroups is not None:
+            self._cgroups.close()
+
+    # -- building the command -------------------------------------------------
+
+    def _bwrap_argv(
+        self, extra: list[str], *, etc: Path | None, work: Path | None, env: dict[str, str]
+    ) -> list[str]:
+        assert self.settings.bwrap
+        argv = [self.settings.bwrap, "--unshare-all", "--unshare-user", *extra]
+        argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        argv += ["--ro-bind", "/usr", "/usr"]
+        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / top
+            if host.is_symlink():
+                argv += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                argv += ["--ro-bind", str(host), f"/{top}"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        if etc is not None:
+            argv += ["--ro-bind", str(etc), "/etc"]
+        for host_path, sandbox_path in self.settings.extra_binds:
+            argv += ["--bind", host_path, sandbox_path]
+        if work is not None:
+            argv += ["--bind", str(work), SANDBOX_DIR, "--chdir", SANDBOX_DIR]
+        # The root is bwrap's own tmpfs: make it read-only too, so the only
+        # writable places are /sandbox and /tmp.
+        argv += ["--remount-ro", "/", "--clearenv"]
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv.append("--")
+        return argv
+
+    def _spec(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        uid: int | None,
+        rlimits: dict[str, int],
+        cgroup: RunCgroup | None,
+        cwd: str | None,
+    ) -> dict[str, Any]:
+        return {
+            "argv": argv,
+            "env": env,
+            "uid": uid,
+            "gid": uid,
+            "rlimits": rlimits,
+            "cgroup_procs": cgroup.procs_files if cgroup else [],
+            "cwd": cwd,
+        }
+
+    def _rlimits(self, *, cpu_s: int, memory_mib: float) -> dict[str, int]:
+        limits = {
+            "RLIMIT_CPU": cpu_s,
+            "RLIMIT_FSIZE": self.settings.file_size_mib * 1024 * 1024,
+            "RLIMIT_NOFILE": self.settings.open_files,
+            "RLIMIT_CORE": 0,
+        }
+        if self._cgroups is None:
+            limits["RLIMIT_AS"] = int(memory_mib * 1024 * 1024)
+        if self._root or self._cgroups is None:
+            # Per real uid: exact for a slot uid; for a shared uid still the
+            # only fork-bomb guard left when there are no cgroups.
+            limits["RLIMIT_NPROC"] = self.settings.pids_max + 8
+        # Never raise a limit the agent itself runs under.
+        for name, value in list(limits.items()):
+            _, hard = resource.getrlimit(getattr(resource, name))
+            if hard != resource.RLIM_INFINITY and value > hard:
+                limits[name] = hard
+        return limits
+
+    # -- running ----------------------------------------------------------------
+
+    async def run(self, assignment: Assignment, language: Language) -> Outcome:
+        main_name = "main.py" if language == "python" else "main.sh"
+        try:
+            payload = SandboxPayload.parse(assignment["payload"], main_name)
+        except PayloadError as exc:
+            return Outcome.invalid(f"invalid payload: {exc}")
+        slot = await self._free_slots.get()
+        try:
+            return await self._run_in_slot(assignment, payload, language, main_name, slot)
+        finally:
+            self._free_slots.put_nowait(slot)
+
+    def _prepare(
+        self, run_dir: Path, payload: SandboxPayload, main_name: str, uid: int | None
+    ) -> Path:
+        run_dir.mkdir(mode=0o711)
+        work = run_dir / "work"
+        work.mkdir(mode=0o755)
+        (work / main_name).write_text(payload.code)
+        for name, text in payload.files.items():
+            target = work / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        if uid is not None:
+            for dirpath, dirnames, filenames in os.walk(work):
+                os.chown(dirpath, uid, uid)
+                for name in dirnames + filenames:
+                    os.chown(os.path.join(dirpath, name), uid, uid)
+        if self._bwrap_extra is not None:
+            etc = run_dir / "etc"
+            etc.mkdir(mode=0o755)
+            (etc / "passwd").write_text(
+                f"root:x:0:0::/:/usr/sbin/nologin\n"
+                f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::{SANDBOX_DIR}:/usr/bin/bash\n"
+                "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
+            )
+            (etc / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+            (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
+        return work
+
+    async def _run_in_slot(
+        self,
+        assignment: Assignment,
+        payload: SandboxPayload,
+        language: Language,
+        main_name: str,
+        slot: int,
+    ) -> Outcome:
+        settings = self.settings
+        allocation = assignment.get("allocation") or {}
+        memory_mib = float(allocation.get("memory") or settings.default_memory_mib)
+        cpus = float(allocation.get("cpu") or settings.default_cpus)
+        timeout = float(assignment.get("timeout_s") or settings.default_timeout_s)
+        cpu_s = math.ceil(timeout * max(cpus, 1.0)) + 1
+        uid = settings.uid_base + slot if self._root else None
+        run_name = "-".join(
+            (_safe_name(str(assignment["id"])), str(assignment["attempt"]), secrets.token_hex(4))
+        )
+        run_dir = self.work_root / run_name
+        cgroup: RunCgroup | None = None
+        try:
+            work = self._prepare(run_dir, payload, main_name, uid)
+            if self._cgroups is not None:
+                cgroup = self._cgroups.create(
+                    run_name, memory_mib=memory_mib, pids_max=settings.pids_max, cpus=cpus
+                )
+        except OSError as exc:
+            log.exception("sandbox setup failed for %s", assignment["id"])
+            await asyncio.to_thread(self._cleanup, run_dir, cgroup)
+            return Outcome.invalid(f"sandbox setup failed: {exc}")
+
+        env = {
+            "PATH": SANDBOX_PATH,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "TANGRAM_CPUS": str(max(1, math.ceil(cpus))),
+            "TANGRAM_UNITS": str(assignment.get("units", 1)),
+            "TANGRAM_MEMORY_MB": str(int(memory_mib)),
+            "OMP_NUM_THREADS": str(max(1, math.ceil(cpus))),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        interpreter = settings.python if language == "python" else settings.bash
+        if self._bwrap_extra is not None:
+            env["HOME"] = SANDBOX_DIR
+            argv = self._bwrap_argv(self._bwrap_extra, etc=run_dir / "etc", work=work, env=env)
+            argv += [interpreter, main_name, *payload.args]
+            spec = self._spec(
+                argv,
+                env={},
+                uid=uid,
+                rlimits=self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib),
+                cgroup=cgroup,
+                cwd="/",
+            )
+        else:
+            env["HOME"] = str(work)
+            spec = self._spec(
+                [interpreter, main_name, *payload.args],
+                env=env,
+                uid=uid,
+                rlimits=self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib),
+                cgroup=cgroup,
+                cwd=str(work),
+            )
+        try:
+            return await self._execute(spec, payload, cgroup, timeout, memory_mib, cpu_s)
+        finally:
+            await asyncio.to_thread(self._cleanup, run_dir, cgroup)
+
+    async def _execute(
+        self,
+        spec: dict[str, Any],
+        payload: SandboxPayload,
+        cgroup: RunCgroup | None,
+        timeout: float,
+        memory_mib: float,
+        cpu_s: int,
+    ) -> Outcome:
+        started = time.time()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            LAUNCHER,
+            json.dumps(spec),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env={},
+            cwd="/",
+        )
+        assert proc.stdin and proc.stdout and proc.stderr
+        out = _CappedReader(proc.stdout, self.settings.output_cap)
+        err = _CappedReader(proc.stderr, self.settings.output_cap)
+        io_tasks = [
+            asyncio.create_task(out.drain()),
+            asyncio.create_task(err.drain()),
+            asyncio.create_task(self._feed(proc.stdin, payload.stdin)),
+        ]
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(proc.wait(), timeout)
+            except TimeoutError:
+                timed_out = True
+        finally:
+            # Always, also on cancellation: nothing of the run may outlive it.
+            await asyncio.to_thread(self._kill_tree, proc.pid, cgroup)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            code = await asyncio.shield(proc.wait())
+            # Pipes close when the last holder dies; bound the wait anyway.
+            _, pending = await asyncio.wait(io_tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+        finished = time.time()
+        exit_code = 128 - code if code < 0 else code
+        common: dict[str, Any] = {
+            "exit_code": exit_code,
+            "stdout": out.text(),
+            "stderr": err.text(),
+            "stdout_truncated": out.truncated,
+            "stderr_truncated": err.truncated,
+            "started_at": started,
+            "finished_at": finished,
+        }
+        if timed_out:
+            return Outcome(
+                state="timed_out",
+                error=f"timed out after {timeout:g} s; process tree killed",
+                **{**common, "exit_code": None},
+            )
+        if exit_code == 0:
+            return Outcome(state="succeeded", **common)
+        return Outcome(
+            state="failed",
+            error=self._failure(exit_code, common["stderr"], cgroup, memory_mib, cpu_s),
+            **common,
+        )
+
+    def _failure(
+        self,
+        exit_code: int,
+        stderr: str,
+        cgroup: RunCgroup | None,
+        memory_mib: float,
+        cpu_s: int,
+    ) -> str:
+        if cgroup is not None and cgroup.oom_kills():
+            return f"killed by the memory limit ({memory_mib:g} MiB)"
+        if exit_code == LAUNCH_FAILED and "tangram sandbox launcher:" in stderr:
+            return "sandbox setup failed: " + stderr.strip().splitlines()[-1]
+        if exit_code == 1 and stderr.startswith("bwrap: "):
+            return "sandbox setup failed: " + stderr.splitlines()[0]
+        if cgroup is None and "MemoryError" in stderr:
+            return f"ran out of memory (limit {memory_mib:g} MiB)"
+        parts = [f"exited with code {exit_code}"]
+        if exit_code > 128:
+            signum = exit_code - 128
+            parts = [f"killed by {_signal_name(signum)}"]
+            if signum == signal.SIGXCPU:
+                parts.append(f"CPU-time limit of {cpu_s} s exceeded")
+        if cgroup is not None and cgroup.pids_limit_hits():
+            parts.append(f"process limit ({self.settings.pids_max}) reached")
+        return "; ".join(parts)
+
+    @staticmethod
+    async def _feed(stdin: asyncio.StreamWriter, data: str) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if data:
+                stdin.write(data.encode())
+                await stdin.drain()
+            stdin.close()
+            await stdin.wait_closed()
+
+    @staticmethod
+    def _kill_tree(pid: int, cgroup: RunCgroup | None) -> None:
+        # Killing bwrap's process group kills its pid namespace (--die-with-parent
+        # takes its init down, and the kernel the rest); the cgroup catches
+        # anything else, including the launcher-only fallback.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.kill_all()
+
+    @staticmethod
+    def _cleanup(run_dir: Path, cgroup: RunCgroup | None) -> None:
+        if cgroup is not None:
+            cgroup.kill_all()
+            cgroup.remove()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class SandboxExecutor:
+    """One language's view of the shared :class:`Sandbox`."""
+
+    def __init__(self, sandbox: Sandbox, language: Language) -> None:
+        self.sandbox = sandbox
+        self.language: Language = language
+
+    async def execute(self, assignment: Assignment) -> Outcome:
+        return await self.sandbox.run(assignment, self.language)

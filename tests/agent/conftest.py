@@ -1,0 +1,98 @@
+"""Fixtures for the agent tests: a real sandbox (real bwrap, real cgroups)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tangram_agent.executors import Sandbox, SandboxSettings
+
+#: Slot uids of the test sandboxes, away from the default range a live agent uses.
+TEST_UID_BASE = 61000
+TEST_SLOTS = 4
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed on this host"
+)
+
+
+def make_assignment(
+    code: str,
+    *,
+    type: str = "sandbox.python",
+    timeout_s: float = 20,
+    cpu: float = 1,
+    memory: float = 256,
+    units: int = 1,
+    action_id: str = "act-1",
+    attempt: int = 1,
+    **payload: Any,
+) -> dict[str, Any]:
+    return {
+        "id": action_id,
+        "attempt": attempt,
+        "type": type,
+        "payload": {"code": code, **payload},
+        "allocation": {"cpu": cpu, "memory": memory},
+        "units": units,
+        "timeout_s": timeout_s,
+    }
+
+
+def sandbox_processes(settle_s: float = 5.0) -> list[int]:
+    """Host pids running as any test slot uid, once given ``settle_s`` to exit.
+
+    SIGKILLed processes and a dying pid namespace go away asynchronously.
+    """
+    deadline = time.monotonic() + settle_s
+    while (found := _sandbox_processes()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def _sandbox_processes() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+                if TEST_UID_BASE <= uid < TEST_UID_BASE + TEST_SLOTS:
+                    found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A host dir the sandbox uids can reach (pytest's tmp_path is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="tangram-agent-test-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sandbox_settings(shared_dir: Path) -> SandboxSettings:
+    return SandboxSettings(
+        work_root=shared_dir / "work-root", slots=TEST_SLOTS, uid_base=TEST_UID_BASE
+    )
+
+
+@pytest.fixture
+def sandbox(sandbox_settings: SandboxSettings) -> Iterator[Sandbox]:
+    box = Sandbox(sandbox_settings)
+    yield box
+    box.close()
+    assert sandbox_processes() == [], "a sandbox process outlived its test"

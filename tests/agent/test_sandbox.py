@@ -1,0 +1,291 @@
+"""The sandbox executor, against real bubblewrap and the host's real cgroups.
+
+Each test states one isolation property and proves it from inside a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tangram_agent.executors import Outcome, Sandbox, SandboxSettings
+from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
+
+pytestmark = needs_bwrap
+
+
+def run(sandbox: Sandbox, assignment: dict[str, Any]) -> Outcome:
+    language = "python" if assignment["type"] == "sandbox.python" else "bash"
+    return asyncio.run(sandbox.run(assignment, language))  # type: ignore[arg-type]
+
+
+def test_the_sandbox_is_fully_isolated_here(sandbox: Sandbox) -> None:
+    # This host has bwrap and writable cgroups: nothing may be degraded, so
+    # the other tests below really exercise the strong path.
+    assert sandbox.isolation.bwrap
+    assert sandbox.isolation.cgroups is not None
+    assert sandbox.isolation.warnings == ()
+
+
+def test_python_gets_stdin_args_files_and_its_allocation(sandbox: Sandbox) -> None:
+    code = """
+import json, os, sys
+print(json.dumps({
+    "stdin": sys.stdin.read(),
+    "args": sys.argv[1:],
+    "data": open("data/input.txt").read(),
+    "cwd": os.getcwd(),
+    "units": os.environ["TANGRAM_UNITS"],
+    "cpus": os.environ["TANGRAM_CPUS"],
+    "uid": os.getuid(),
+}))
+"""
+    outcome = run(
+        sandbox,
+        make_assignment(
+            code,
+            stdin="hello\n",
+            args=["a", "b c"],
+            files={"data/input.txt": "payload file"},
+            units=3,
+            cpu=2,
+        ),
+    )
+    assert outcome.state == "succeeded", outcome
+    assert outcome.exit_code == 0
+    seen = json.loads(outcome.stdout)
+    assert seen["stdin"] == "hello\n"
+    assert seen["args"] == ["a", "b c"]
+    assert seen["data"] == "payload file"
+    assert seen["cwd"] == "/sandbox"
+    assert seen["units"] == "3"
+    assert seen["cpus"] == "2"
+    assert seen["uid"] != 0
+    assert outcome.started_at is not None and outcome.finished_at >= outcome.started_at
+
+
+def test_bash_runs_with_args_and_reports_exit_code(sandbox: Sandbox) -> None:
+    code = 'echo "args: $*"; read line; echo "stdin: $line"; echo oops >&2; exit 3'
+    outcome = run(
+        sandbox, make_assignment(code, type="sandbox.bash", args=["x", "y"], stdin="in\n")
+    )
+    assert outcome.state == "failed"
+    assert outcome.exit_code == 3
+    assert outcome.stdout == "args: x y\nstdin: in\n"
+    assert outcome.stderr == "oops\n"
+    assert "exited with code 3" in outcome.error
+
+
+def test_network_is_unreachable_even_on_host_loopback(sandbox: Sandbox) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    code = f"""
+import socket
+for host in ("127.0.0.1", "1.1.1.1"):
+    try:
+        socket.create_connection((host, {port}), timeout=2)
+        print(host, "connected")
+    except OSError as exc:
+        print(host, "blocked", type(exc).__name__)
+"""
+    try:
+        outcome = run(sandbox, make_assignment(code))
+    finally:
+        listener.close()
+    assert outcome.state == "succeeded", outcome
+    assert "127.0.0.1 blocked" in outcome.stdout
+    assert "1.1.1.1 blocked" in outcome.stdout
+    assert "connected" not in outcome.stdout
+
+
+def test_host_files_are_invisible_and_only_the_work_dir_is_writable(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    secret.chmod(0o644)
+    probes = ["/root", "/work/main/pyproject.toml", str(secret), "/etc/shadow", "/home"]
+    code = f"""
+import os
+for path in {probes!r}:
+    print(path, os.path.exists(path))
+for path in ("/usr/owned", "/owned", "/etc/owned", "/sandbox/ok", "/tmp/ok"):
+    try:
+        open(path, "w").write("x")
+        print(path, "writable")
+    except OSError:
+        print(path, "read-only")
+"""
+    outcome = run(sandbox, make_assignment(code))
+    assert outcome.state == "succeeded", outcome
+    lines = outcome.stdout.splitlines()
+    for path in probes:
+        assert f"{path} False" in lines
+    assert "/usr/owned read-only" in lines
+    assert "/owned read-only" in lines
+    assert "/etc/owned read-only" in lines
+    assert "/sandbox/ok writable" in lines
+    assert "/tmp/ok writable" in lines
+    # The work dir is gone after the run.
+    assert list(sandbox.work_root.iterdir()) == []
+
+
+def test_agent_environment_is_not_visible(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TANGRAM_AGENT_TOKEN", "agent-secret-token")
+    code = "import os; print(sorted(os.environ)); print(os.environ.get('TANGRAM_AGENT_TOKEN'))"
+    outcome = run(sandbox, make_assignment(code))
+    assert outcome.state == "succeeded", outcome
+    assert "agent-secret-token" not in outcome.stdout
+    assert "TANGRAM_AGENT_TOKEN" not in outcome.stdout
+
+
+def test_memory_bomb_fails_with_a_clear_error_and_the_next_run_is_fine(
+    sandbox: Sandbox,
+) -> None:
+    code = """
+chunks = []
+while True:
+    chunks.append(bytearray(16 * 1024 * 1024))  # zero-filled: every page touched
+"""
+    outcome = run(sandbox, make_assignment(code, memory=128))
+    assert outcome.state == "failed", outcome
+    assert "memory" in outcome.error
+    assert run(sandbox, make_assignment("print('alive')")).stdout == "alive\n"
+
+
+def test_fork_bomb_is_contained_and_cleaned_up(sandbox: Sandbox) -> None:
+    code = """
+import os, time
+while True:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.01)
+"""
+    begin = time.monotonic()
+    outcome = run(sandbox, make_assignment(code, timeout_s=3))
+    assert outcome.state in ("failed", "timed_out"), outcome
+    assert time.monotonic() - begin < 60
+    assert sandbox_processes() == []
+    assert run(sandbox, make_assignment("print('alive')")).stdout == "alive\n"
+
+
+def test_bash_fork_bomb_hits_the_process_limit(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, make_assignment(":(){ :|:& };:; wait", type="sandbox.bash", timeout_s=3))
+    assert outcome.state in ("succeeded", "failed", "timed_out")
+    assert "fork" in outcome.stderr or "process limit" in outcome.error
+    assert sandbox_processes() == []
+
+
+def test_timeout_kills_the_whole_process_tree(
+    sandbox_settings: SandboxSettings, shared_dir: Path
+) -> None:
+    marks = shared_dir / "marks"
+    marks.mkdir()
+    marks.chmod(0o777)
+    box = Sandbox(replace(sandbox_settings, extra_binds=((str(marks), "/marks"),)))
+    code = """
+touch /marks/bound
+(sleep 2; touch /marks/child) &
+setsid bash -c 'sleep 2; touch /marks/detached' &
+nohup bash -c 'trap "" HUP TERM; sleep 2; touch /marks/nohup' >/dev/null 2>&1 &
+sleep 60
+"""
+    try:
+        begin = time.monotonic()
+        outcome = run(box, make_assignment(code, type="sandbox.bash", timeout_s=1))
+        assert outcome.state == "timed_out", outcome
+        assert outcome.exit_code is None
+        assert "timed out after 1 s" in outcome.error
+        assert time.monotonic() - begin < 30
+        assert sandbox_processes() == []
+        time.sleep(3)
+        assert sorted(p.name for p in marks.iterdir()) == ["bound"]
+    finally:
+        box.close()
+
+
+def test_cancellation_kills_the_run_and_cleans_up(sandbox: Sandbox) -> None:
+    async def cancel_midway() -> None:
+        task = asyncio.create_task(
+            sandbox.run(make_assignment("sleep 60", type="sandbox.bash"), "bash")
+        )
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_midway())
+    assert sandbox_processes() == []
+    assert list(sandbox.work_root.iterdir()) == []
+
+
+def test_output_is_capped_with_truncation_flags(sandbox_settings: SandboxSettings) -> None:
+    box = Sandbox(replace(sandbox_settings, output_cap=1000))
+    try:
+        code = "import sys; sys.stdout.write('x' * 500_000); sys.stderr.write('e' * 10)"
+        outcome = run(box, make_assignment(code))
+    finally:
+        box.close()
+    assert outcome.state == "succeeded", outcome
+    assert outcome.stdout == "x" * 1000
+    assert outcome.stdout_truncated
+    assert outcome.stderr == "e" * 10
+    assert not outcome.stderr_truncated
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({}, "code is required"),
+        ({"code": "", "files": {"../escape": "x"}}, "not a relative file path"),
+        ({"code": "", "files": {"/etc/passwd": "x"}}, "not a relative file path"),
+        ({"code": "", "files": {"main.py": "x"}}, "would replace the code"),
+        ({"code": "", "args": "not-a-list"}, "args must be a list"),
+        ({"code": "", "stdin": 3}, "stdin must be a string"),
+    ],
+)
+def test_bad_payloads_fail_without_running(
+    sandbox: Sandbox, payload: dict[str, Any], message: str
+) -> None:
+    assignment = make_assignment("")
+    assignment["payload"] = payload
+    outcome = run(sandbox, assignment)
+    assert outcome.state == "failed"
+    assert outcome.exit_code is None
+    assert message in outcome.error
+    assert outcome.error.startswith("invalid payload:")
+
+
+def test_concurrent_runs_use_separate_slots(sandbox: Sandbox) -> None:
+    async def many() -> list[Outcome]:
+        return await asyncio.gather(
+            *(
+                sandbox.run(
+                    make_assignment(
+                        "import os, time; time.sleep(0.3); print(os.listdir('.'))",
+                        action_id=f"a{i}",
+                    ),
+                    "python",
+                )
+                for i in range(6)
+            )
+        )
+
+    outcomes = asyncio.run(many())
+    assert [o.state for o in outcomes] == ["succeeded"] * 6
+    # Each run sees only its own fresh work dir.
+    assert all(o.stdout == "['main.py']\n" for o in outcomes)
+    assert os.listdir(sandbox.work_root) == []
