@@ -1,0 +1,83 @@
+"""End to end with real processes: daphne, a Celery worker, two agents, Postgres, Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from tangram_client import AsyncClient, Client
+from tests.e2e.cluster import running_cluster, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with running_cluster(tmp_path, agents=["agent-1", "agent-2"]) as cluster:
+        yield cluster
+
+
+def _terminal_events(cluster) -> Counter[str]:
+    rows = cluster.sql(
+        "SELECT action_id::text FROM actions_actionevent "
+        "WHERE state IN ('succeeded', 'failed', 'cancelled', 'timed_out')"
+    )
+    return Counter(r[0] for r in rows)
+
+
+def test_200_sandbox_actions_through_the_client(cluster):
+    async def main():
+        async with AsyncClient(cluster.base_url, cluster.tenant_token) as client:
+            submitted = await client.submit_many(
+                [
+                    {
+                        "type": "sandbox.python",
+                        "payload": {"code": f"print({i} * {i})"},
+                        "job": "e2e-200",
+                        "demand": {"cpu": 1, "memory": 256},
+                    }
+                    for i in range(200)
+                ]
+            )
+            return await client.wait_all([a.id for a in submitted], timeout=180)
+
+    done = asyncio.run(main())
+    assert [a.state for a in done] == ["succeeded"] * 200, Counter(a.state for a in done)
+    assert [a.stdout for a in done] == [f"{i * i}\n" for i in range(200)]
+    assert {a.node for a in done} == {"agent-1", "agent-2"}
+    events = _terminal_events(cluster)
+    assert len(events) == 200 and set(events.values()) == {1}
+
+
+def test_kill_9_an_agent_loses_nothing(cluster):
+    with Client(cluster.base_url, cluster.tenant_token) as client:
+        submitted = client.submit_many(
+            [
+                {
+                    "type": "sandbox.python",
+                    "payload": {"code": f"import time; time.sleep(1.5); print({i})"},
+                    "demand": {"cpu": 1, "memory": 256},
+                }
+                for i in range(16)
+            ]
+        )
+
+        def agent_1_running() -> bool:
+            rows = cluster.sql(
+                "SELECT count(*) FROM actions_action a JOIN inventory_node n ON a.node_id = n.id "
+                "WHERE n.name = 'agent-1' AND a.state = 'running'"
+            )
+            return rows[0][0] > 0
+
+        wait_for(agent_1_running, 60, "agent-1 to hold running actions")
+        cluster.kill("agent-1")
+        done = client.wait_all([a.id for a in submitted], timeout=180)
+
+    assert [a.state for a in done] == ["succeeded"] * 16, [(a.state, a.error) for a in done]
+    assert [a.stdout for a in done] == [f"{i}\n" for i in range(16)]
+    assert any(a.attempt > 1 and a.node == "agent-2" for a in done)
+    events = _terminal_events(cluster)
+    assert len(events) == 16 and set(events.values()) == {1}
+    wait_for(lambda: "agent-1" not in cluster.online_nodes(), 30, "agent-1 to go offline")
