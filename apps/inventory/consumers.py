@@ -61,11 +61,10 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             if kind == "register":
                 await self._register(content)
             elif kind == "heartbeat":
-                resend = await database_sync_to_async(services.node_heartbeat)(
+                resend, stale = await database_sync_to_async(services.node_heartbeat)(
                     node_id=self.node_id, running=content.get("running", [])
                 )
-                for assignment in resend:
-                    await self.send_json({"type": "assign", "action": assignment})
+                await self._send_assignments(resend, stale)
             elif kind == "started":
                 await database_sync_to_async(action_mark_started)(
                     node_id=self.node_id,
@@ -90,7 +89,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         if content.get("protocol") != PROTOCOL_VERSION:
             await self._refuse(f"protocol {content.get('protocol')!r} is not {PROTOCOL_VERSION}")
             return
-        node, resend = await database_sync_to_async(services.node_register)(message=content)
+        node, resend, stale = await database_sync_to_async(services.node_register)(message=content)
         self.node_id = node.id
         self.group = agent_group(str(node.id))
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -102,9 +101,14 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 "lease_s": settings.TANGRAM_LEASE_S,
             }
         )
-        for assignment in resend:
-            await self.send_json({"type": "assign", "action": assignment})
+        await self._send_assignments(resend, stale)
         logger.info("agent registered node %s (%s)", node.name, node.id)
+
+    async def _send_assignments(self, assign: list[Any], cancel: list[Any]) -> None:
+        for assignment in assign:
+            await self.send_json({"type": "assign", "action": assignment})
+        for ref in cancel:
+            await self.send_json({"type": "cancel", **ref})
 
     async def agent_assign(self, event: dict[str, Any]) -> None:
         for assignment in event["assignments"]:

@@ -47,9 +47,24 @@ def _held(running: list[ActionRef]) -> set[tuple[str, int]]:
     return {(ref["action"], int(ref["attempt"])) for ref in running}
 
 
+def _stale(node_id: Any, held: set[tuple[str, int]]) -> list[ActionRef]:
+    """Runs the agent holds that are no longer this node's: cancelled, or re-queued
+    after a lost lease. The agent should stop them to free the capacity."""
+    if not held:
+        return []
+    current = {
+        (str(pk), attempt)
+        for pk, attempt in Action.objects.filter(
+            pk__in=[a for a, _ in held], node_id=node_id, state__in=PLACED_STATES
+        ).values_list("pk", "attempt")
+    }
+    return [{"action": a, "attempt": n} for a, n in sorted(held - current)]
+
+
 @transaction.atomic
-def node_register(*, message: Register) -> tuple[Node, list[Assignment]]:
-    """Upsert the node; return the assignments its agent should (re)receive.
+def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[ActionRef]]:
+    """Upsert the node; return the assignments its agent should (re)receive and
+    the runs it should stop.
 
     Actions this node was running that the agent no longer holds were lost with
     its previous process: they go back to the queue.
@@ -91,27 +106,31 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment]]:
         if (str(a.pk), a.attempt) not in held
     ]
     transaction.on_commit(events.capacity_changed)
-    return node, resend
+    return node, resend, _stale(node.pk, held)
 
 
 @transaction.atomic
-def node_heartbeat(*, node_id: Any, running: list[ActionRef]) -> list[Assignment]:
-    """Renew the lease; return assignments older than a heartbeat that the agent lacks.
+def node_heartbeat(
+    *, node_id: Any, running: list[ActionRef]
+) -> tuple[list[Assignment], list[ActionRef]]:
+    """Renew the lease; return what the agent lacks and what it should stop.
 
-    That recovers an assignment whose push was lost (a Redis blip); the agent
-    ignores an assignment it already holds.
+    Assignments older than two heartbeats that the agent does not hold were
+    lost in transit (a Redis blip) and are sent again; the agent ignores one it
+    already holds. Runs it holds that are no longer its own are cancelled.
     """
     now = timezone.now()
     Node.objects.filter(pk=node_id).update(last_seen_at=now, state=Node.State.ONLINE)
     held = _held(running)
-    stale = now - timedelta(seconds=settings.TANGRAM_HEARTBEAT_S * 2)
-    return [
+    cutoff = now - timedelta(seconds=settings.TANGRAM_HEARTBEAT_S * 2)
+    resend = [
         assignment_of(a)
         for a in Action.objects.filter(
-            node_id=node_id, state=ActionState.ASSIGNED, assigned_at__lt=stale
+            node_id=node_id, state=ActionState.ASSIGNED, assigned_at__lt=cutoff
         )
         if (str(a.pk), a.attempt) not in held
     ]
+    return resend, _stale(node_id, held)
 
 
 def node_touch(*, node_id: Any) -> None:

@@ -1,0 +1,151 @@
+"""The agent websocket, driven with Channels' communicator against real Postgres and Redis."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from apps.actions.models import Action, ActionEvent
+from apps.inventory.models import Node
+from apps.inventory.services import agent_token_issue
+from apps.scheduling.services import schedule_round
+from tangram_agent.protocol import PROTOCOL_VERSION
+from tangram_web.asgi import application
+from tests.factories import ActionFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+def _register(name: str = "node-x", running=None) -> dict:
+    return {
+        "type": "register",
+        "protocol": PROTOCOL_VERSION,
+        "node": name,
+        "capacity": {"cpu": 2, "memory": 2048},
+        "executors": ["sleep", "sandbox.python"],
+        "warm": [],
+        "labels": {},
+        "running": running or [],
+    }
+
+
+async def _connect(token: str) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(
+        application, "/ws/agent/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+@pytest.fixture
+def agent_token() -> str:
+    return agent_token_issue(name="test")[1]
+
+
+async def test_wrong_token_is_refused(agent_token):
+    communicator = WebsocketCommunicator(
+        application, "/ws/agent/", headers=[(b"authorization", b"Bearer nope-nope-nope")]
+    )
+    connected, code = await communicator.connect()
+    assert not connected and code == 4401
+
+
+async def test_first_message_must_be_register(agent_token):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({"type": "heartbeat", "running": []})
+    reply = await communicator.receive_json_from()
+    assert reply["type"] == "error"
+    await communicator.disconnect()
+
+
+async def test_register_assign_started_result_ack(agent_token):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_register())
+    registered = await communicator.receive_json_from()
+    assert registered["type"] == "registered" and registered["lease_s"] > 0
+    action = await sync_to_async(ActionFactory)(demand={"cpu": 1})
+    assert (await sync_to_async(schedule_round)()).placed == 1
+    assign = await communicator.receive_json_from(timeout=5)
+    assert assign["type"] == "assign" and assign["action"]["id"] == str(action.pk)
+    assert assign["action"]["allocation"] == {"cpu": 1}
+
+    now = time.time()
+    await communicator.send_json_to(
+        {"type": "started", "action": str(action.pk), "attempt": 1, "started_at": now}
+    )
+    result = {
+        "type": "result",
+        "action": str(action.pk),
+        "attempt": 1,
+        "state": "succeeded",
+        "exit_code": 0,
+        "stdout": "ok",
+        "stderr": "",
+        "stdout_truncated": False,
+        "stderr_truncated": False,
+        "error": "",
+        "started_at": now,
+        "finished_at": now + 0.1,
+    }
+    await communicator.send_json_to(result)
+    assert await communicator.receive_json_from() == {
+        "type": "ack",
+        "action": str(action.pk),
+        "attempt": 1,
+    }
+    # A re-sent result (the ack was lost) is acknowledged again and recorded once.
+    await communicator.send_json_to({**result, "stdout": "second copy"})
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    await communicator.disconnect()
+
+    stored = await sync_to_async(Action.objects.get)(pk=action.pk)
+    assert (stored.state, stored.stdout) == ("succeeded", "ok")
+    events = await sync_to_async(
+        lambda: list(ActionEvent.objects.filter(action=action).values_list("state", flat=True))
+    )()
+    assert sorted(events) == ["assigned", "queued", "running", "succeeded"]
+
+
+async def test_reconnect_resends_assignments_and_requeues_lost_runs(agent_token):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_register())
+    await communicator.receive_json_from()
+    kept, lost = await sync_to_async(lambda: [ActionFactory(), ActionFactory()])()
+    await sync_to_async(schedule_round)()
+    await communicator.receive_json_from(timeout=5)
+    await communicator.receive_json_from(timeout=5)
+    await sync_to_async(lambda: Action.objects.filter(pk=lost.pk).update(state="running"))()
+    await communicator.disconnect()
+
+    # The agent restarted: it holds nothing. The assigned action is sent again,
+    # the running one it lost goes back to the queue with a new attempt.
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_register())
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    resent = await communicator.receive_json_from(timeout=5)
+    assert resent["type"] == "assign" and resent["action"]["id"] == str(kept.pk)
+    lost_now = await sync_to_async(Action.objects.get)(pk=lost.pk)
+    assert (lost_now.state, lost_now.attempt) == ("queued", 2)
+    await communicator.disconnect()
+
+
+async def test_heartbeat_cancels_runs_that_are_no_longer_the_nodes(agent_token):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_register())
+    await communicator.receive_json_from()
+    action = await sync_to_async(ActionFactory)(state="cancelled")
+    await communicator.send_json_to(
+        {"type": "heartbeat", "running": [{"action": str(action.pk), "attempt": 1}]}
+    )
+    assert await communicator.receive_json_from(timeout=5) == {
+        "type": "cancel",
+        "action": str(action.pk),
+        "attempt": 1,
+    }
+    node = await sync_to_async(Node.objects.get)(name="node-x")
+    assert node.state == "online"
+    await communicator.disconnect()
