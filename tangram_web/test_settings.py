@@ -8,3 +8,6 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TANGRAM_SCHEDULER", "inprocess")
 
 from tangram_web.settings import *  # noqa: E402,F403
+
+# Parallel runs on one machine (a developer beside CI) each set their own.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TANGRAM_TEST_DB", "test_tangram")}  # noqa: F405

@@ -107,7 +107,7 @@ async def test_register_assign_started_result_ack(agent_token):
     events = await sync_to_async(
         lambda: list(ActionEvent.objects.filter(action=action).values_list("state", flat=True))
     )()
-    assert sorted(events) == ["assigned", "queued", "running", "succeeded"]
+    assert sorted(events) == ["assigned", "running", "succeeded"]
 
 
 async def test_reconnect_resends_assignments_and_requeues_lost_runs(agent_token):
