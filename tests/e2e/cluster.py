@@ -50,6 +50,7 @@ class Cluster:
     database_url: str
     env: dict[str, str]
     log_dir: Path
+    redis_port: int = 0
     agent_token: str = ""
     tenant_token: str = ""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -98,6 +99,30 @@ class Cluster:
             "2",
         )
 
+    def start_redis(self) -> None:
+        """A Redis of the cluster's own, so a test can take it away and bring it back."""
+        self.spawn(
+            "redis",
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.redis_port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        )
+        client = redis.Redis(port=self.redis_port)
+
+        def up() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                return False
+
+        wait_for(up, 10, "redis")
+
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.processes.pop(name)
         os.kill(proc.pid, sig)
@@ -120,25 +145,24 @@ class Cluster:
 @contextmanager
 def running_cluster(tmp_path: Path, agents: list[str]) -> Iterator[Cluster]:
     name = f"tangram_e2e_{uuid.uuid4().hex[:8]}"
-    redis_db = 13
-    redis.Redis(db=redis_db).flushdb()
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    port = free_port()
+    port, redis_port = free_port(), free_port()
     database_url = f"postgres://postgres@127.0.0.1:5432/{name}"
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tangram_web.settings",
         "DATABASE_URL": database_url,
-        "REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "TANGRAM_SCHEDULER": "celery",
         "TANGRAM_LEASE_S": "3",
         "TANGRAM_HEARTBEAT_S": "1",
         "TANGRAM_TICK_S": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    cluster = Cluster(f"http://127.0.0.1:{port}", database_url, env, tmp_path)
+    cluster = Cluster(f"http://127.0.0.1:{port}", database_url, env, tmp_path, redis_port)
     try:
+        cluster.start_redis()
         cluster.manage("migrate", "--no-input")
         cluster.tenant_token = cluster.manage("tangram_token", "e2e")
         cluster.agent_token = cluster.manage("tangram_agent_token")

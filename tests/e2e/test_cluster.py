@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 
 import pytest
@@ -81,3 +82,23 @@ def test_kill_9_an_agent_loses_nothing(cluster):
     events = _terminal_events(cluster)
     assert len(events) == 16 and set(events.values()) == {1}
     wait_for(lambda: "agent-1" not in cluster.online_nodes(), 30, "agent-1 to go offline")
+
+
+def test_redis_gone_for_a_while_loses_nothing(cluster):
+    """Redis carries only wake-ups and fan-out: without it work waits, and none is lost."""
+    with Client(cluster.base_url, cluster.tenant_token) as client:
+        before = client.submit_many(
+            [{"type": "sleep", "payload": {"seconds": 1, "stdout": f"a{i}"}} for i in range(8)]
+        )
+        cluster.kill("redis")
+        during = client.submit_many(
+            [{"type": "sleep", "payload": {"seconds": 0.2, "stdout": f"b{i}"}} for i in range(8)]
+        )
+        time.sleep(4)  # an outage longer than the agents' lease renewal interval
+        cluster.start_redis()
+        done = client.wait_all([a.id for a in before + during], timeout=120)
+
+    assert [a.state for a in done] == ["succeeded"] * 16, [(a.state, a.error) for a in done]
+    assert [a.stdout for a in done] == [f"a{i}" for i in range(8)] + [f"b{i}" for i in range(8)]
+    events = _terminal_events(cluster)
+    assert len(events) == 16 and set(events.values()) == {1}
