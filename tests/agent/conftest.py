@@ -66,6 +66,8 @@ def _sandbox_processes() -> list[int]:
             status = Path(f"/proc/{entry}/status").read_text()
         except OSError:
             continue
+        if "\nState:\tZ" in status:
+            continue  # already dead, waiting for a reaper
         for line in status.splitlines():
             if line.startswith("Uid:"):
                 uid = int(line.split()[1])

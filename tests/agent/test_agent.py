@@ -1,0 +1,344 @@
+"""The agent daemon against a small real websocket server playing the server's side.
+
+The server here is scripted per test: it answers ``register`` and records every
+message; a test drives it (assign, cancel, ack, drop the connection) and reads
+what the agent sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+
+from tangram_agent.agent import Agent
+from tangram_agent.config import AgentConfig
+from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExecutor
+from tests.agent.conftest import make_assignment, needs_bwrap
+
+TOKEN = "agent-token"
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.connection: ServerConnection | None = None
+        self.connections = 0
+        self.authorization: list[str | None] = []
+        self.reject_next = False
+
+    async def handler(self, ws: ServerConnection) -> None:
+        self.authorization.append(ws.request.headers.get("Authorization") if ws.request else None)
+        async for raw in ws:
+            message = json.loads(raw)
+            await self.inbox.put(message)
+            if message["type"] == "register":
+                if self.reject_next:
+                    self.reject_next = False
+                    await ws.send(json.dumps({"type": "error", "message": "bad token"}))
+                    await ws.close()
+                    return
+                self.connections += 1
+                self.connection = ws
+                await ws.send(
+                    json.dumps(
+                        {
+                            "type": "registered",
+                            "node_id": "node-1",
+                            "heartbeat_interval_s": 0.2,
+                            "lease_s": 5,
+                        }
+                    )
+                )
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self.connection is not None
+        await self.connection.send(json.dumps(message))
+
+    async def next(self, kind: str, timeout: float = 20) -> dict[str, Any]:
+        """The next message of ``kind``, skipping heartbeats and other kinds."""
+
+        async def find() -> dict[str, Any]:
+            while True:
+                message = await self.inbox.get()
+                if message["type"] == kind:
+                    return message
+
+        return await asyncio.wait_for(find(), timeout)
+
+    async def ack(self, result: dict[str, Any]) -> None:
+        await self.send({"type": "ack", "action": result["action"], "attempt": result["attempt"]})
+
+    async def drop(self) -> None:
+        assert self.connection is not None
+        await self.connection.close()
+        self.connection = None
+
+
+def sleep_assignment(seconds: float, action_id: str = "a1", **extra: Any) -> dict[str, Any]:
+    return {
+        "id": action_id,
+        "attempt": 1,
+        "type": "sleep",
+        "payload": {"seconds": seconds, **extra},
+        "allocation": {"cpu": 1, "memory": 64},
+        "units": 1,
+        "timeout_s": 60,
+    }
+
+
+@asynccontextmanager
+async def running_agent(
+    executors: dict[str, Executor] | None = None, **config: Any
+) -> AsyncIterator[tuple[FakeServer, Agent]]:
+    server = FakeServer()
+    async with serve(server.handler, "127.0.0.1", 0) as ws_server:
+        port = ws_server.sockets[0].getsockname()[1]
+        agent = Agent(
+            AgentConfig(
+                server=f"http://127.0.0.1:{port}",
+                token=TOKEN,
+                name="node-a",
+                cpu=2,
+                memory_mib=1024,
+                reconnect_max_s=0.2,
+                **config,
+            ),
+            executors=executors if executors is not None else {"sleep": SleepExecutor()},
+        )
+        task = asyncio.create_task(agent.run())
+        try:
+            yield server, agent
+        finally:
+            agent.stop()
+            await asyncio.wait_for(task, 30)
+
+
+def arun(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+def test_registers_with_token_capacity_and_executors() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, agent):
+            register = await server.next("register")
+            assert server.authorization == [f"Bearer {TOKEN}"]
+            assert register["protocol"] == 1
+            assert register["node"] == "node-a"
+            assert register["capacity"] == {"cpu": 2, "memory": 1024}
+            assert register["executors"] == ["sleep"]
+            assert register["running"] == []
+            heartbeat = await server.next("heartbeat")
+            assert heartbeat["running"] == []
+            assert agent.node_id == "node-1"
+
+    arun(scenario)
+
+
+def test_assign_reports_started_then_result_and_ack_clears_it() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, agent):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(0.1, stdout="hi")})
+            started = await server.next("started")
+            assert (started["action"], started["attempt"]) == ("a1", 1)
+            result = await server.next("result")
+            assert result["state"] == "succeeded"
+            assert result["stdout"] == "hi"
+            assert result["exit_code"] == 0
+            assert result["finished_at"] >= result["started_at"] >= started["started_at"] - 1
+            await server.send({"type": "ack", "action": "a1", "attempt": 1})
+            await asyncio.sleep(0.1)
+            assert agent._unacked == {}
+
+    arun(scenario)
+
+
+def test_runs_survive_a_disconnect_and_unacked_results_are_resent() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, _):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(1.0)})
+            await server.next("started")
+            await server.drop()
+            # The agent comes back and says it still runs the action.
+            register = await server.next("register")
+            assert register["running"] == [{"action": "a1", "attempt": 1}]
+            first = await server.next("result")
+            assert first["state"] == "succeeded"
+            # No ack: after the next reconnect the same result comes again.
+            await server.drop()
+            await server.next("register")
+            again = await server.next("result")
+            assert again == first
+            await server.send({"type": "ack", "action": "a1", "attempt": 1})
+            await asyncio.sleep(0.1)
+            await server.drop()
+            register = await server.next("register")
+            assert register["running"] == []
+            await server.next("heartbeat")
+            assert server.inbox.empty() or all(
+                m["type"] == "heartbeat"
+                for m in list(server.inbox._queue)  # type: ignore[attr-defined]
+            )
+
+    arun(scenario)
+
+
+def test_duplicate_assign_runs_once_and_resends_a_finished_result() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, _):
+            await server.next("register")
+            assignment = sleep_assignment(0.3)
+            await server.send({"type": "assign", "action": assignment})
+            await server.send({"type": "assign", "action": assignment})
+            await server.next("started")
+            result = await server.next("result")
+            await server.send({"type": "assign", "action": assignment})
+            assert await server.next("result") == result
+            await server.ack(result)
+            assert server.inbox.empty() or all(
+                m["type"] == "heartbeat"
+                for m in list(server.inbox._queue)  # type: ignore[attr-defined]
+            )
+
+    arun(scenario)
+
+
+def test_cancel_kills_the_run_and_reports_cancelled() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, _):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(30)})
+            await server.next("started")
+            await server.send({"type": "cancel", "action": "a1", "attempt": 1})
+            result = await server.next("result", timeout=5)
+            assert result["state"] == "cancelled"
+            assert result["started_at"] is not None
+            await server.ack(result)
+            # A cancel for something the agent never held is confirmed too.
+            await server.send({"type": "cancel", "action": "ghost", "attempt": 2})
+            ghost = await server.next("result", timeout=5)
+            assert (ghost["action"], ghost["attempt"], ghost["state"]) == ("ghost", 2, "cancelled")
+            await server.ack(ghost)
+
+    arun(scenario)
+
+
+def test_unknown_type_and_bad_payload_fail_cleanly() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, _):
+            await server.next("register")
+            unknown = {**sleep_assignment(0), "type": "gpu.reward"}
+            await server.send({"type": "assign", "action": unknown})
+            result = await server.next("result")
+            assert result["state"] == "failed"
+            assert "no executor for 'gpu.reward'" in result["error"]
+            await server.ack(result)
+            bad = sleep_assignment(0, action_id="a2")
+            bad["payload"]["seconds"] = "soon"
+            await server.send({"type": "assign", "action": bad})
+            result = await server.next("result")
+            assert (result["action"], result["state"]) == ("a2", "failed")
+            assert "invalid payload" in result["error"]
+            await server.ack(result)
+
+    arun(scenario)
+
+
+def test_a_rejected_agent_keeps_retrying() -> None:
+    async def scenario() -> None:
+        server = FakeServer()
+        server.reject_next = True
+        async with serve(server.handler, "127.0.0.1", 0) as ws_server:
+            port = ws_server.sockets[0].getsockname()[1]
+            agent = Agent(
+                AgentConfig(
+                    server=f"ws://127.0.0.1:{port}", token=TOKEN, name="n", reconnect_max_s=0.2
+                ),
+                executors={"sleep": SleepExecutor()},
+            )
+            task = asyncio.create_task(agent.run())
+            await server.next("register")  # rejected
+            await server.next("register")  # accepted on retry
+            assert server.connections == 1
+            agent.stop()
+            await asyncio.wait_for(task, 10)
+
+    arun(scenario)
+
+
+def test_stop_finishes_in_flight_runs_reports_and_exits() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, agent):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(0.5)})
+            await server.next("started")
+            agent.stop()
+            # Work arriving while draining is not started.
+            await server.send({"type": "assign", "action": sleep_assignment(0, "late")})
+            result = await server.next("result")
+            assert (result["action"], result["state"]) == ("a1", "succeeded")
+            await server.send({"type": "ack", "action": "a1", "attempt": 1})
+        assert all(m.get("action") != "late" for m in list(server.inbox._queue))  # type: ignore[attr-defined]
+
+    arun(scenario)
+
+
+def test_stop_after_the_grace_period_kills_runs_without_reporting() -> None:
+    async def scenario() -> None:
+        async with running_agent(shutdown_grace_s=0.2) as (server, agent):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(30)})
+            await server.next("started")
+        assert agent._runs == {}
+        assert all(m["type"] != "result" for m in list(server.inbox._queue))  # type: ignore[attr-defined]
+
+    arun(scenario)
+
+
+def test_stop_from_another_thread_while_disconnected() -> None:
+    async def scenario() -> None:
+        # Nothing listens on this port: the agent just keeps retrying.
+        agent = Agent(
+            AgentConfig(server="http://127.0.0.1:9", token=TOKEN, name="n", reconnect_max_s=0.2),
+            executors={},
+        )
+        task = asyncio.create_task(agent.run())
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(agent.stop)
+        await asyncio.wait_for(task, 10)
+
+    arun(scenario)
+
+
+@needs_bwrap
+def test_sandbox_action_through_the_agent(sandbox: Sandbox) -> None:
+    async def scenario() -> None:
+        executors: dict[str, Executor] = {"sandbox.python": SandboxExecutor(sandbox, "python")}
+        async with running_agent(executors=executors) as (server, _):
+            await server.next("register")
+            assignment = make_assignment("print(6 * 7)", action_id="sb1")
+            await server.send({"type": "assign", "action": assignment})
+            result = await server.next("result")
+            assert (result["state"], result["stdout"]) == ("succeeded", "42\n")
+            await server.send({"type": "ack", "action": "sb1", "attempt": 1})
+
+    arun(scenario)
+
+
+def test_config_rejects_bad_values_and_builds_the_ws_url(tmp_path: Path) -> None:
+    config = AgentConfig(server="https://tangram.example/base/", token="t", name="n")
+    assert config.ws_url == "wss://tangram.example/base/ws/agent/"
+    with pytest.raises(ValueError, match="token"):
+        AgentConfig(server="http://x", token="", name="n")
+    with pytest.raises(ValueError, match="unknown executors"):
+        AgentConfig(server="http://x", token="t", name="n", executors=("docker",))
+    with pytest.raises(ValueError, match="http"):
+        AgentConfig(server="ftp://x", token="t", name="n")
