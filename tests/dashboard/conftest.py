@@ -53,9 +53,14 @@ def session_headers(user: User | None) -> list[tuple[bytes, bytes]]:
     return [(b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
 
 
-def dashboard_socket(user: User | None) -> WebsocketCommunicator:
+@pytest.fixture
+def staff_session(staff_user) -> list[tuple[bytes, bytes]]:
+    return session_headers(staff_user)
+
+
+def dashboard_socket(headers: list[tuple[bytes, bytes]]) -> WebsocketCommunicator:
     """A websocket to ``ws/dashboard/`` through the project's ASGI app and its session auth."""
-    return WebsocketCommunicator(application, "/ws/dashboard/", headers=session_headers(user))
+    return WebsocketCommunicator(application, "/ws/dashboard/", headers=headers)
 
 
 async def next_snapshot(
