@@ -1,0 +1,128 @@
+"""Changes the browser test makes to a live server's database, through the real services.
+
+Run as ``python -m tests.dashboard.driver <step>`` with the server's
+``DATABASE_URL`` and ``REDIS_URL``, so that the services' after-commit
+broadcasts reach the server's dashboard consumers as they would in production.
+Each step prints what it did as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+STAFF_USERNAME = "ops"
+STAFF_PASSWORD = "dashboard-test-password"
+TENANT = "acme"
+NODE = "node-a"
+NODE_CAPACITY = {"cpu": 4, "memory": 8192}
+SUBMITTED = 5
+
+
+def seed() -> dict[str, Any]:
+    """Staff, a tenant with a cpu quota, a node of 4 cores, and five queued one-core actions."""
+    from django.contrib.auth.models import User
+
+    from apps.actions.services import actions_submit
+    from apps.inventory.services import node_register
+    from apps.tenants.services import quota_set, tenant_create
+
+    User.objects.create_superuser(STAFF_USERNAME, "ops@example.com", STAFF_PASSWORD)
+    tenant = tenant_create(name=TENANT)
+    quota_set(tenant=tenant, resource="cpu", guaranteed=2, limit=4)
+    node_register(
+        message={
+            "type": "register",
+            "protocol": 1,
+            "node": NODE,
+            "capacity": NODE_CAPACITY,
+            "executors": ["sleep"],
+            "warm": [],
+            "labels": {},
+            "running": [],
+        }
+    )
+    spec = {
+        "type": "sleep",
+        "payload": {"seconds": 60},
+        "demand": {"cpu": 1, "memory": 256},
+        "timeout_s": 120,
+    }
+    actions = actions_submit(tenant=tenant, specs=[spec] * SUBMITTED, bulk=True)
+    return {"submitted": [str(a.id) for a in actions]}
+
+
+def schedule() -> dict[str, Any]:
+    from apps.scheduling.services import schedule_round
+
+    report = schedule_round()
+    return {"placed": report.placed, "pending": report.pending}
+
+
+def _placed(state: str) -> list[tuple[Any, Any, int]]:
+    from apps.actions.models import Action
+
+    return list(
+        Action.objects.filter(node__name=NODE, state=state)
+        .order_by("assigned_at", "id")
+        .values_list("id", "node_id", "attempt")
+    )
+
+
+def start(count: str) -> dict[str, Any]:
+    """What an agent reports when it starts the oldest ``count`` assigned actions."""
+    from apps.actions.services import action_mark_started
+
+    started = []
+    for action_id, node_id, attempt in _placed("assigned")[: int(count)]:
+        action_mark_started(
+            node_id=node_id, action_id=str(action_id), attempt=attempt, started_at=time.time()
+        )
+        started.append(str(action_id))
+    return {"started": started}
+
+
+def finish() -> dict[str, Any]:
+    """What an agent reports when every action on the node has succeeded."""
+    from apps.actions.services import action_record_result
+
+    finished = []
+    for action_id, node_id, attempt in _placed("running") + _placed("assigned"):
+        action_record_result(
+            node_id=node_id,
+            result={
+                "type": "result",
+                "action": str(action_id),
+                "attempt": attempt,
+                "state": "succeeded",
+                "exit_code": 0,
+                "stdout": "",
+                "stderr": "",
+                "stdout_truncated": False,
+                "stderr_truncated": False,
+                "error": "",
+                "started_at": time.time(),
+                "finished_at": time.time(),
+            },
+        )
+        finished.append(str(action_id))
+    return {"finished": finished}
+
+
+STEPS = {"seed": seed, "schedule": schedule, "start": start, "finish": finish}
+
+
+def main(argv: list[str]) -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tangram_web.settings")
+    django.setup()
+    step, *args = argv
+    print(json.dumps(STEPS[step](*args)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
