@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -146,7 +147,9 @@ class CgroupManager:
         if manager is None:
             return None
         try:
-            test = manager.create("probe", memory_mib=64, pids_max=16, cpus=1.0)
+            test = manager.create(
+                f"probe-{secrets.token_hex(4)}", memory_mib=64, pids_max=16, cpus=1.0
+            )
         except OSError as exc:
             log.warning("cgroups present but not usable: %s", exc)
             manager.close()
