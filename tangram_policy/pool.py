@@ -43,6 +43,9 @@ def _fits(demand: Resources, free: Mapping[str, float]) -> bool:
 class Pool:
     def __init__(self, snapshot: Snapshot, *, topology: bool = True) -> None:
         self.topology = topology
+        self._by_type: dict[str, list[str]] | None = None
+        self._indexes: dict[IndexKey, list[tuple[float, str]]] = {}
+        self._node_indexes: dict[str, list[IndexKey]] = {}
         self.nodes: dict[str, Node] = {node.id: node for node in snapshot.nodes}
         self.free: dict[str, dict[str, float]] = {}
         self.total_free: dict[str, float] = {}
@@ -54,19 +57,40 @@ class Pool:
             if node.gpu_groups:
                 self.gpu_free[node.id] = [sorted(group) for group in node.gpu_groups]
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
-        self.usage: dict[str, dict[str, float]] = {}
-        for running in snapshot.running:
-            self.take(running.tenant, running.node, running.allocation, running.gpus)
+        self._non_lenders = [q for q in snapshot.quotas.values() if not q.lend_guarantee]
         if snapshot.capacity is not None:
             self.total: dict[str, float] = dict(snapshot.capacity)
         else:
-            self.total = {}
-            for node in snapshot.nodes:
-                for kind, amount in node.capacity.items():
-                    self.total[kind] = self.total.get(kind, 0.0) + amount
-        self._by_type: dict[str, list[str]] | None = None
-        self._indexes: dict[IndexKey, list[tuple[float, str]]] = {}
-        self._node_indexes: dict[str, list[IndexKey]] = {}
+            self.total = dict(self.total_free)
+        self.usage: dict[str, dict[str, float]] = {}
+        #: Dominant-resource share per tenant, kept current by ``take``.
+        self.shares: dict[str, float] = {}
+        self._seed_running(snapshot)
+
+    def _seed_running(self, snapshot: Snapshot) -> None:
+        """Charge running actions: the indexes do not exist yet, so only room and usage."""
+        total_free = self.total_free
+        for running in snapshot.running:
+            allocation = running.allocation
+            free = self.free.get(running.node)
+            if free is not None:
+                for kind, amount in allocation.items():
+                    free[kind] = free.get(kind, 0.0) - amount
+                    total_free[kind] = total_free.get(kind, 0.0) - amount
+                groups = self.gpu_free.get(running.node)
+                if groups is not None and allocation.get("gpu", 0.0) > 0:
+                    self._take_gpus(groups, running.gpus, int(round(allocation["gpu"])))
+            usage = self.usage.get(running.tenant)
+            if usage is None:
+                usage = self.usage[running.tenant] = {}
+            for kind, amount in allocation.items():
+                usage[kind] = usage.get(kind, 0.0) + amount
+        total = self.total
+        for tenant, usage in self.usage.items():
+            self.shares[tenant] = max(
+                (used / total[kind] for kind, used in usage.items() if total.get(kind, 0.0) > 0),
+                default=0.0,
+            )
 
     # -- accounting -------------------------------------------------------
 
@@ -75,23 +99,36 @@ class Pool:
     ) -> None:
         free = self.free.get(node_id)
         if free is not None:
-            keys = self._node_indexes.get(node_id, ())
-            old = [(key, free.get(key[2], 0.0)) for key in keys]
+            keys = self._node_indexes.get(node_id)
+            if keys:
+                indexes = self._indexes
+                for key in keys:
+                    amount = allocation.get(key[2])
+                    if amount:
+                        before = free.get(key[2], 0.0)
+                        index = indexes[key]
+                        del index[bisect_left(index, (before, node_id))]
+                        insort(index, (before - amount, node_id))
+            total_free = self.total_free
             for kind, amount in allocation.items():
                 free[kind] = free.get(kind, 0.0) - amount
-                self.total_free[kind] = self.total_free.get(kind, 0.0) - amount
-            for key, before in old:
-                after = free.get(key[2], 0.0)
-                if after != before:
-                    index = self._indexes[key]
-                    del index[bisect_left(index, (before, node_id))]
-                    insort(index, (after, node_id))
-            groups = self.gpu_free.get(node_id)
-            if groups is not None and allocation.get("gpu", 0.0) > 0:
-                self._take_gpus(groups, gpus, int(round(allocation["gpu"])))
-        usage = self.usage.setdefault(tenant, {})
+                total_free[kind] = total_free.get(kind, 0.0) - amount
+            if gpus or (node_id in self.gpu_free and allocation.get("gpu", 0.0) > 0):
+                groups = self.gpu_free.get(node_id)
+                if groups is not None:
+                    self._take_gpus(groups, gpus, int(round(allocation.get("gpu", 0.0))))
+        usage = self.usage.get(tenant)
+        if usage is None:
+            usage = self.usage[tenant] = {}
+        share = 0.0
+        total = self.total
         for kind, amount in allocation.items():
-            usage[kind] = usage.get(kind, 0.0) + amount
+            used = usage[kind] = usage.get(kind, 0.0) + amount
+            capacity = total.get(kind, 0.0)
+            if capacity > 0 and used / capacity > share:
+                share = used / capacity
+        if share > self.shares.get(tenant, 0.0):
+            self.shares[tenant] = share
 
     @staticmethod
     def _take_gpus(groups: list[list[str]], gpus: tuple[str, ...], count: int) -> None:
@@ -107,32 +144,39 @@ class Pool:
 
     def within_guarantee(self, tenant: str, demand: Resources) -> bool:
         quota = self.quotas.get(tenant)
-        guaranteed = quota.guaranteed if quota else {}
+        if quota is None:
+            return not any(amount > 0 for amount in demand.values())
+        guaranteed = quota.guaranteed
         usage = self.usage.get(tenant, {})
-        return all(
-            usage.get(kind, 0.0) + amount <= guaranteed.get(kind, 0.0) + EPSILON
-            for kind, amount in demand.items()
-            if amount > 0
-        )
+        for kind, amount in demand.items():
+            if amount > 0 and usage.get(kind, 0.0) + amount > guaranteed.get(kind, 0.0) + EPSILON:
+                return False
+        return True
 
     def within_limit(self, tenant: str, demand: Resources) -> bool:
         quota = self.quotas.get(tenant)
         if quota is None:
             return True
+        limit = quota.limit
         usage = self.usage.get(tenant, {})
-        return all(
-            usage.get(kind, 0.0) + amount <= quota.limit[kind] + EPSILON
-            for kind, amount in demand.items()
-            if amount > 0 and kind in quota.limit
-        )
+        for kind, amount in demand.items():
+            if (
+                amount > 0
+                and kind in limit
+                and usage.get(kind, 0.0) + amount > limit[kind] + EPSILON
+            ):
+                return False
+        return True
 
     def leaves_unlent_guarantees(self, tenant: str, demand: Resources) -> bool:
         """Whether a borrower taking ``demand`` leaves others' non-lent idle guarantee free."""
+        if not self._non_lenders:
+            return True
         reserved: dict[str, float] = {}
-        for other, quota in self.quotas.items():
-            if other == tenant or quota.lend_guarantee:
+        for quota in self._non_lenders:
+            if quota.tenant == tenant:
                 continue
-            usage = self.usage.get(other, {})
+            usage = self.usage.get(quota.tenant, {})
             for kind, amount in quota.guaranteed.items():
                 idle = amount - usage.get(kind, 0.0)
                 if idle > 0:
@@ -144,13 +188,7 @@ class Pool:
         )
 
     def dominant_share(self, tenant: str) -> float:
-        usage = self.usage.get(tenant, {})
-        share = 0.0
-        for kind, amount in usage.items():
-            total = self.total.get(kind, 0.0)
-            if total > 0:
-                share = max(share, amount / total)
-        return share
+        return self.shares.get(tenant, 0.0)
 
     # -- placement --------------------------------------------------------
 
@@ -176,7 +214,11 @@ class Pool:
         return index
 
     def best_fit(
-        self, demand: Resources, action_type: str, affinity: frozenset[str] = frozenset()
+        self,
+        demand: Resources,
+        action_type: str,
+        affinity: frozenset[str] = frozenset(),
+        kind: str | None = None,
     ) -> tuple[str, tuple[str, ...]] | None:
         """The node with the least room of the primary kind that still fits ``demand``.
 
@@ -184,7 +226,8 @@ class Pool:
         whole nodes; with ``affinity`` only nodes warm with all its keys count.
         Returns the node and, on a node with GPU groups, the GPU ids to use.
         """
-        kind = primary_kind(demand)
+        if kind is None:
+            kind = primary_kind(demand)
         index = self._index(action_type, affinity, kind)
         need = demand.get(kind, 0.0)
         gpus_needed = int(round(demand.get("gpu", 0.0)))

@@ -23,7 +23,8 @@ One round, from a snapshot, in four passes:
    interconnect group. Then the room left over goes, by largest expected
    seconds saved (Amdahl), to extra units of placed elastic actions, but only
    for kinds nobody is waiting on, keeping a headroom, and only while each
-   unit cuts enough of the action's time for the current load (EARL's rule).
+   unit cuts enough of the action's time for the current load (EARL's rule:
+   ``min_gain x load / (1 - load)``).
 """
 
 from __future__ import annotations
@@ -61,31 +62,55 @@ class TangramConfig:
     #: Fraction of each kind's pool that extra elastic units leave free for arrivals.
     headroom: float = 0.1
     #: Smallest fraction of its time an extra unit must save, on an idle pool.
-    min_gain: float = 0.08
+    min_gain: float = 0.05
+
+
+Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...]]
+#: One schedulable unit: (key, first action id, expected work s, members, earliest submit).
+Entry = tuple[float, str, float, tuple[PendingAction, ...], float]
 
 
 class _Item:
     """An action, or a batch of actions, as the round places it."""
 
-    __slots__ = ("members", "tenant", "type", "demand", "key", "work_s", "affinity", "waited")
+    __slots__ = ("members", "tenant", "type", "demand", "work_s", "affinity", "waited", "kind")
+
+    def __init__(self, cls: _Class, entry: Entry, now: float) -> None:
+        self.members = entry[3]
+        self.tenant = cls.tenant
+        self.type = cls.type
+        self.demand = cls.demand
+        self.work_s = entry[2]
+        self.affinity = cls.affinity
+        self.waited = now - entry[4]
+        self.kind = cls.kind
+
+
+class _Class:
+    """Pending entries that share tenant, type, affinity and demand, in key order.
+
+    They all fit or all fail on the same room, and a tenant's usage only grows
+    within a round: once one fails its guarantee, limit or room, the rest of
+    its class would too, so a round skips them together instead of one by one.
+    """
+
+    __slots__ = ("entries", "position", "tenant", "type", "affinity", "demand", "kind", "shape")
 
     def __init__(
-        self,
-        members: list[PendingAction],
-        demand: Resources,
-        key: float,
-        work_s: float,
-        waited: float,
+        self, head: PendingAction, demand: Resources, signature: tuple[tuple[str, float], ...]
     ) -> None:
-        head = members[0]
-        self.members = members
+        self.entries: list[Entry] = []
+        self.position = 0
         self.tenant = head.tenant
         self.type = head.type
-        self.demand = demand
-        self.key = key
-        self.work_s = work_s
         self.affinity = head.affinity
-        self.waited = waited
+        self.demand = demand
+        self.kind = primary_kind(demand)
+        self.shape: Shape = (head.type, head.affinity, signature)
+
+    def head_key(self) -> tuple[float, str]:
+        entry = self.entries[self.position]
+        return entry[0], entry[1]
 
 
 @dataclass(slots=True)
@@ -94,6 +119,8 @@ class _Placed:
     node_id: str
     gpus: list[str]
     units: int
+    #: Seconds before the run that more units do not shorten (setup on a cold node).
+    fixed_s: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -110,63 +137,80 @@ class TangramPolicy:
             return Decision()
         config = self.config
         pool = Pool(snapshot, topology=config.topology)
-        items = self._items(snapshot, pool)
-        round_ = _Round(pool, config)
-        borrowers: dict[str, list[_Item]] = {}
-        for item in items:
-            if pool.within_guarantee(item.tenant, item.demand):
-                round_.place(item, guaranteed=True)
-            else:
-                borrowers.setdefault(item.tenant, []).append(item)
+        round_ = _Round(pool, config, snapshot.now)
+        borrowers = round_.serve_guarantees(self._classes(snapshot, pool))
         if config.fair_share:
             round_.borrow_fairly(borrowers)
         else:
-            for item in sorted(
-                (i for queue in borrowers.values() for i in queue), key=lambda i: i.key
-            ):
-                round_.borrow(item)
+            round_.borrow_in_order(borrowers)
         if config.elastic:
             round_.expand()
         return Decision(placements=tuple(round_.placements()))
 
-    def _items(self, snapshot: Snapshot, pool: Pool) -> list[_Item]:
+    def _classes(self, snapshot: Snapshot, pool: Pool) -> list[_Class]:
         config = self.config
         stats = snapshot.duration_stats
         priors = type_priors(stats)
-        now = snapshot.now
-        singles: list[_Item] = []
-        batchable: dict[tuple[str, str, str], list[tuple[float, float, PendingAction]]] = {}
+        classes: dict[tuple[object, ...], _Class] = {}
+        signatures: dict[int, tuple[tuple[str, float], ...]] = {}
+        estimates: dict[tuple[str, str], float] = {}
+        batchable: dict[tuple[str, str, str], list[Entry]] = {}
+        aging = config.aging_rate
+        ordering = config.ordering
+        batching = config.batching
         for action in snapshot.pending:
-            work = expected_duration(action, stats, priors)
-            if config.ordering:
-                key = work * 2.0 ** (-action.priority) + config.aging_rate * action.submitted_at
+            if action.duration_hint_s is None:
+                pair = (action.tenant, action.type)
+                work = estimates.get(pair, -1.0)
+                if work < 0:
+                    work = estimates[pair] = expected_duration(action, stats, priors)
+            else:
+                work = expected_duration(action, stats, priors)
+            if ordering:
+                scaled = work if action.priority == 0 else work * 2.0 ** (-action.priority)
+                key = scaled + aging * action.submitted_at
             else:
                 key = action.submitted_at - 1e9 * action.priority
-            if config.batching and action.batch_key is not None and action.batch_limit > 1:
-                group = (action.batch_key, action.tenant, action.type)
-                batchable.setdefault(group, []).append((key, work, action))
-            else:
-                singles.append(_Item([action], action.demand, key, work, now - action.submitted_at))
-        for members in batchable.values():
-            members.sort(key=lambda m: (m[0], m[2].id))
-            size = self._batch_size(pool, members[0][2], len(members))
-            for start in range(0, len(members), size):
-                chunk = members[start : start + size]
-                demand: dict[str, float] = {}
-                for _, _, action in chunk:
-                    for kind, amount in action.demand.items():
-                        demand[kind] = max(demand.get(kind, 0.0), amount)
-                singles.append(
-                    _Item(
-                        [action for _, _, action in chunk],
-                        demand,
+            entry: Entry = (key, action.id, work, (action,), action.submitted_at)
+            if batching and action.batch_key is not None and action.batch_limit > 1:
+                batchable.setdefault((action.batch_key, action.tenant, action.type), []).append(
+                    entry
+                )
+                continue
+            demand = action.demand
+            signature = signatures.get(id(demand))
+            if signature is None:
+                signature = signatures[id(demand)] = tuple(sorted(demand.items()))
+            class_key = (action.tenant, action.type, action.affinity, signature)
+            cls = classes.get(class_key)
+            if cls is None:
+                cls = classes[class_key] = _Class(action, demand, signature)
+            cls.entries.append(entry)
+        out = list(classes.values())
+        for cls in out:
+            cls.entries.sort()
+        for entries in batchable.values():
+            entries.sort()
+            head = entries[0][3][0]
+            size = self._batch_size(pool, head, len(entries))
+            largest: dict[str, float] = {}
+            for entry in entries:
+                for kind, amount in entry[3][0].demand.items():
+                    largest[kind] = max(largest.get(kind, 0.0), amount)
+            cls = _Class(head, largest, tuple(sorted(largest.items())))
+            for start in range(0, len(entries), size):
+                chunk = entries[start : start + size]
+                cls.entries.append(
+                    (
                         chunk[0][0],
-                        max(work for _, work, _ in chunk),
-                        now - min(action.submitted_at for _, _, action in chunk),
+                        chunk[0][1],
+                        max(e[2] for e in chunk),
+                        tuple(e[3][0] for e in chunk),
+                        min(e[4] for e in chunk),
                     )
                 )
-        singles.sort(key=lambda i: (i.key, i.members[0].id))
-        return singles
+            out.append(cls)
+        return out
 
     @staticmethod
     def _batch_size(pool: Pool, action: PendingAction, count: int) -> int:
@@ -187,32 +231,36 @@ class TangramPolicy:
 
 
 class _Round:
-    def __init__(self, pool: Pool, config: TangramConfig) -> None:
+    def __init__(self, pool: Pool, config: TangramConfig, now: float) -> None:
         self.pool = pool
         self.config = config
+        self.now = now
         self.placed: list[_Placed] = []
         #: Shapes that found no room: room only shrinks within a round.
-        self.no_room: set[tuple[str, frozenset[str], tuple[tuple[str, float], ...]]] = set()
+        self.no_room: set[Shape] = set()
         #: Kinds some action waits for: later actions (all / borrowers) leave them.
         self.reserved_all: set[str] = set()
         self.reserved_from_borrowers: set[str] = set()
         #: Kinds some action found no room of: extra elastic units leave them.
         self.contended: set[str] = set()
 
-    def _blocked(self, item: _Item, borrower: bool) -> bool:
-        for kind, amount in item.demand.items():
+    def _blocked(self, cls: _Class, borrower: bool) -> bool:
+        for kind, amount in cls.demand.items():
             if amount > 0 and (
                 kind in self.reserved_all or (borrower and kind in self.reserved_from_borrowers)
             ):
                 return True
         return False
 
-    def place(self, item: _Item, *, guaranteed: bool) -> bool:
-        if self._blocked(item, borrower=not guaranteed):
+    def _place(self, cls: _Class, *, guaranteed: bool) -> bool:
+        """Place the class's head entry; False when the rest of the class cannot go either."""
+        if cls.shape in self.no_room or self._blocked(cls, borrower=not guaranteed):
             return False
-        if self._try(item):
+        item = _Item(cls, cls.entries[cls.position], self.now)
+        if self._try(item, cls.shape):
+            cls.position += 1
             return True
-        kind = primary_kind(item.demand)
+        kind = cls.kind
         self.contended.add(kind)
         if item.waited >= self.config.starvation_s:
             self.reserved_all.add(kind)
@@ -220,54 +268,100 @@ class _Round:
             self.reserved_from_borrowers.add(kind)
         return False
 
-    def borrow(self, item: _Item) -> bool:
-        pool = self.pool
-        if not pool.within_limit(item.tenant, item.demand):
-            return False
-        if not pool.leaves_unlent_guarantees(item.tenant, item.demand):
-            return False
-        return self.place(item, guaranteed=False)
+    def serve_guarantees(self, classes: list[_Class]) -> dict[str, list[_Class]]:
+        """Place, in key order, every entry within its tenant's guarantee.
 
-    def borrow_fairly(self, borrowers: dict[str, list[_Item]]) -> None:
-        heap: list[tuple[float, str]] = []
-        cursor: dict[str, int] = {}
-        for tenant in sorted(borrowers):
-            cursor[tenant] = 0
-            heap.append((self._share(tenant), tenant))
+        Returns, per tenant, the classes whose rest must borrow.
+        """
+        pool = self.pool
+        borrowers: dict[str, list[_Class]] = {}
+        heap = [(*cls.head_key(), position) for position, cls in enumerate(classes)]
         heapq.heapify(heap)
         while heap:
-            _, tenant = heapq.heappop(heap)
-            queue = borrowers[tenant]
-            position = cursor[tenant]
-            if position >= len(queue):
+            position = heap[0][2]
+            cls = classes[position]
+            if not pool.within_guarantee(cls.tenant, cls.demand):
+                borrowers.setdefault(cls.tenant, []).append(cls)
+                heapq.heappop(heap)
                 continue
-            cursor[tenant] = position + 1
-            self.borrow(queue[position])
-            if position + 1 < len(queue):
-                heapq.heappush(heap, (self._share(tenant), tenant))
+            if not self._place(cls, guaranteed=True) or cls.position >= len(cls.entries):
+                heapq.heappop(heap)
+                continue
+            heapq.heapreplace(heap, (*cls.head_key(), position))
+        return borrowers
+
+    def _borrow_next(self, heap: list[tuple[float, str, int]], classes: list[_Class]) -> bool:
+        """Try the tenant's next entry by key; whether one was placed."""
+        position = heap[0][2]
+        cls = classes[position]
+        pool = self.pool
+        if (
+            cls.shape in self.no_room
+            or not pool.within_limit(cls.tenant, cls.demand)
+            or not pool.leaves_unlent_guarantees(cls.tenant, cls.demand)
+            or not self._place(cls, guaranteed=False)
+        ):
+            heapq.heappop(heap)
+            return False
+        if cls.position >= len(cls.entries):
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (*cls.head_key(), position))
+        return True
+
+    def borrow_fairly(self, borrowers: dict[str, list[_Class]]) -> None:
+        """Lowest dominant share / weight first; a tenant keeps its turn while still lowest."""
+        queues = {
+            tenant: [(*cls.head_key(), i) for i, cls in enumerate(classes)]
+            for tenant, classes in borrowers.items()
+        }
+        for queue in queues.values():
+            heapq.heapify(queue)
+        turns: list[tuple[float, str]] = [(self._share(t), t) for t in sorted(borrowers)]
+        heapq.heapify(turns)
+        while turns:
+            _, tenant = heapq.heappop(turns)
+            queue = queues[tenant]
+            classes = borrowers[tenant]
+            next_share = turns[0][0] if turns else float("inf")
+            while queue:
+                if self._borrow_next(queue, classes):
+                    share = self._share(tenant)
+                    if share > next_share:
+                        if queue:
+                            heapq.heappush(turns, (share, tenant))
+                        break
+
+    def borrow_in_order(self, borrowers: dict[str, list[_Class]]) -> None:
+        """Borrowers in key order regardless of tenant (the fair-share ablation)."""
+        classes = [cls for tenant in sorted(borrowers) for cls in borrowers[tenant]]
+        heap = [(*cls.head_key(), i) for i, cls in enumerate(classes)]
+        heapq.heapify(heap)
+        while heap:
+            self._borrow_next(heap, classes)
 
     def _share(self, tenant: str) -> float:
         quota = self.pool.quotas.get(tenant)
         weight = quota.weight if quota and quota.weight > 0 else 1.0
         return self.pool.dominant_share(tenant) / weight
 
-    def _try(self, item: _Item) -> bool:
-        shape = (item.type, item.affinity, tuple(sorted(item.demand.items())))
-        if shape in self.no_room:
-            return False
+    def _try(self, item: _Item, shape: Shape) -> bool:
         pool = self.pool
         found = None
         if self.config.affinity and item.affinity:
-            found = pool.best_fit(item.demand, item.type, item.affinity)
+            found = pool.best_fit(item.demand, item.type, item.affinity, item.kind)
         if found is None:
-            found = pool.best_fit(item.demand, item.type)
+            found = pool.best_fit(item.demand, item.type, frozenset(), item.kind)
         if found is None:
             self.no_room.add(shape)
             return False
         node_id, gpus = found
         pool.take(item.tenant, node_id, item.demand, gpus)
-        units = max(item.members[0].elasticity.min_units, 1)
-        self.placed.append(_Placed(item, node_id, list(gpus), units))
+        head = item.members[0]
+        units = max(head.elasticity.min_units, 1)
+        cold = bool(head.affinity) and not head.affinity <= pool.nodes[node_id].warm
+        fixed_s = head.setup_s if cold else 0.0
+        self.placed.append(_Placed(item, node_id, list(gpus), units, fixed_s))
         return True
 
     def expand(self) -> None:
@@ -279,10 +373,8 @@ class _Round:
         for kind, total in pool.total.items():
             if total <= 0 or kind in self.contended or kind in self.reserved_all:
                 continue
-            free = pool.total_free.get(kind, 0.0)
-            budget[kind] = free - config.headroom * total
-            load = 1.0 - free / total
-            threshold[kind] = config.min_gain * (1.0 + 4.0 * max(load, 0.0))
+            budget[kind] = pool.total_free.get(kind, 0.0) - config.headroom * total
+            threshold[kind] = self._threshold(kind)
         heap: list[tuple[float, int]] = []
         for position, placed in enumerate(self.placed):
             gain = self._gain(placed, threshold)
@@ -314,12 +406,25 @@ class _Round:
                 gpus = (group[0],)
             pool.take(action.tenant, placed.node_id, extra, gpus)
             budget[kind] -= unit
+            threshold[kind] = self._threshold(kind)
             placed.units += 1
             placed.gpus.extend(gpus)
             placed.extra[kind] = placed.extra.get(kind, 0.0) + unit
             gain = self._gain(placed, threshold)
             if gain is not None:
                 heapq.heappush(heap, (-gain, position))
+
+    def _threshold(self, kind: str) -> float:
+        """The fraction of its time an extra unit must save at the kind's current load.
+
+        Zero on an idle pool, ``min_gain`` at half load, growing without bound
+        as the pool fills: room is cheap when idle and dear when others may
+        soon need it.
+        """
+        total = self.pool.total.get(kind, 0.0)
+        load = 1.0 - self.pool.total_free.get(kind, 0.0) / total if total > 0 else 1.0
+        load = min(max(load, 0.0), 0.99)
+        return self.config.min_gain * load / (1.0 - load)
 
     @staticmethod
     def _gain(placed: _Placed, threshold: dict[str, float]) -> float | None:
@@ -332,7 +437,8 @@ class _Round:
         now_s = duration_at(elasticity, placed.item.work_s, placed.units)
         next_s = duration_at(elasticity, placed.item.work_s, placed.units + 1)
         saved = now_s - next_s
-        if now_s <= 0 or saved / now_s < threshold[elasticity.unit_kind]:
+        whole_s = placed.fixed_s + now_s
+        if whole_s <= 0 or saved / whole_s < threshold[elasticity.unit_kind]:
             return None
         return saved
 

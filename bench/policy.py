@@ -1,0 +1,235 @@
+"""Every policy on one workload, same seeds, and the comparison table.
+
+    python -m bench.policy fixtures/workloads/mixed.yaml --seeds 1,2,3
+    python -m bench.policy fixtures/workloads/mixed.yaml --seeds 1,2,3 --savings
+    python -m bench.policy fixtures/workloads/mixed.yaml --format json
+    python -m bench.policy fixtures/workloads/mixed.yaml --ablations
+
+Metrics pool all seeds' actions and steps; ``min_ratio`` columns are the worst
+seed, so a ratio that holds there holds on every seed. ``--savings`` bisects
+the pool scale (every node group by the same factor) for the smallest pool on
+which ``tangram``'s mean step time is at most ``static``'s on the full pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from tangram_policy.registry import ABLATIONS
+from tangram_sim.sim import SimResult, _quantile, simulate
+from tangram_sim.workload import Workload, load_workload
+
+BASELINES = ("static", "partitioned", "fifo")
+DEFAULT_POLICIES = (*BASELINES, "tangram")
+
+
+def aggregate(results: list[SimResult]) -> dict[str, Any]:
+    acts = sorted(a for r in results for a in r.acts)
+    steps = [s for r in results for s in r.steps]
+    summaries = [r.summary() for r in results]
+    kinds = sorted({k for s in summaries for k in s["resource_hours"]})
+
+    def mean_of(key: str, kind: str | None = None) -> float:
+        values = [s[key][kind] if kind else s[key] for s in summaries]
+        return sum(values) / len(values)
+
+    return {
+        "mean_act_s": sum(acts) / len(acts) if acts else 0.0,
+        "p50_act_s": _quantile(acts, 0.50),
+        "p95_act_s": _quantile(acts, 0.95),
+        "p99_act_s": _quantile(acts, 0.99),
+        "mean_step_s": sum(steps) / len(steps) if steps else 0.0,
+        "resource_hours": {k: mean_of("resource_hours", k) for k in kinds},
+        "busy_hours": {k: mean_of("busy_hours", k) for k in kinds},
+        "utilisation": mean_of("utilisation"),
+        "makespan_s": mean_of("makespan_s"),
+        "actions": len(acts),
+        "steps": len(steps),
+        "per_seed": [
+            {"seed": r.seed, "mean_act_s": s["mean_act_s"], "mean_step_s": s["mean_step_s"]}
+            for r, s in zip(results, summaries, strict=True)
+        ],
+    }
+
+
+def ratios(policies: dict[str, dict[str, Any]], ours: str = "tangram") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if ours not in policies:
+        return out
+    mine = policies[ours]
+    for base in policies:
+        if base == ours:
+            continue
+        theirs = policies[base]
+        per_seed_act = [
+            b["mean_act_s"] / m["mean_act_s"]
+            for b, m in zip(theirs["per_seed"], mine["per_seed"], strict=True)
+            if m["mean_act_s"] > 0
+        ]
+        per_seed_step = [
+            b["mean_step_s"] / m["mean_step_s"]
+            for b, m in zip(theirs["per_seed"], mine["per_seed"], strict=True)
+            if m["mean_step_s"] > 0
+        ]
+        out[f"{ours}_vs_{base}"] = {
+            "mean_act": theirs["mean_act_s"] / mine["mean_act_s"] if mine["mean_act_s"] else 0.0,
+            "mean_step": theirs["mean_step_s"] / mine["mean_step_s"]
+            if mine["mean_step_s"]
+            else 0.0,
+            "min_seed_mean_act": min(per_seed_act, default=0.0),
+            "min_seed_mean_step": min(per_seed_step, default=0.0),
+        }
+    return out
+
+
+def run_policies(
+    workload: Workload, names: list[str], seeds: list[int]
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        out[name] = aggregate([simulate(workload.with_seed(seed), name) for seed in seeds])
+    return out
+
+
+def mean_step(workload: Workload, policy: str, seeds: list[int]) -> float:
+    steps = [s for seed in seeds for s in simulate(workload.with_seed(seed), policy).steps]
+    return sum(steps) / len(steps)
+
+
+def savings(
+    workload: Workload, seeds: list[int], target_s: float, *, iterations: int = 7
+) -> dict[str, Any]:
+    """Smallest pool scale at which ``tangram`` matches ``static``'s full-pool mean step."""
+    low, high = 0.0, 1.0
+    probes: list[dict[str, float]] = []
+    high_step = mean_step(workload, "tangram", seeds)
+    probes.append({"scale": 1.0, "mean_step_s": high_step})
+    if high_step > target_s:
+        return {"target_step_s": target_s, "scale": None, "saving_pct": 0.0, "probes": probes}
+    for _ in range(iterations):
+        middle = (low + high) / 2.0
+        try:
+            step = mean_step(workload.scaled(middle), "tangram", seeds)
+        except (RuntimeError, ValueError):
+            step = float("inf")
+        probes.append({"scale": middle, "mean_step_s": step})
+        if step <= target_s:
+            high = middle
+        else:
+            low = middle
+    full = _capacity(workload)
+    small = _capacity(workload.scaled(high))
+    by_kind = {k: 100.0 * (1.0 - small.get(k, 0.0) / v) for k, v in full.items() if v > 0}
+    return {
+        "target_step_s": target_s,
+        "scale": high,
+        "saving_pct": min(
+            (v for k, v in by_kind.items() if k not in ("memory", "gpu_memory")),
+            default=100.0 * (1.0 - high),
+        ),
+        "saving_pct_by_kind": by_kind,
+        "probes": probes,
+    }
+
+
+def _capacity(workload: Workload) -> dict[str, float]:
+    from tangram_sim.baselines import build_nodes
+
+    total: dict[str, float] = {}
+    for spec in build_nodes(workload, "tangram"):
+        for kind, amount in spec.capacity.items():
+            total[kind] = total.get(kind, 0.0) + amount
+    return total
+
+
+def _hours(value: dict[str, float]) -> str:
+    shown = {k: v for k, v in value.items() if k not in ("memory", "gpu_memory")}
+    return " ".join(f"{k}={v:.1f}" for k, v in shown.items())
+
+
+def table(report: dict[str, Any]) -> str:
+    policies: dict[str, dict[str, Any]] = report["policies"]
+    lines = [
+        f"workload {report['workload']}  seeds {report['seeds']}",
+        "",
+        f"{'policy':<24}{'mean ACT':>10}{'p50':>9}{'p95':>9}{'p99':>9}{'step':>9}"
+        f"{'util':>7}  resource-hours",
+    ]
+    for name, m in policies.items():
+        lines.append(
+            f"{name:<24}{m['mean_act_s']:>10.2f}{m['p50_act_s']:>9.2f}{m['p95_act_s']:>9.2f}"
+            f"{m['p99_act_s']:>9.2f}{m['mean_step_s']:>9.1f}{m['utilisation']:>7.2f}  "
+            f"{_hours(m['resource_hours'])}"
+        )
+    if report["ratios"]:
+        lines += ["", f"{'ratio (baseline / tangram)':<34}{'ACT':>8}{'worst seed':>12}"]
+        lines[-1] += f"{'step':>8}{'worst seed':>12}"
+        for name, r in report["ratios"].items():
+            lines.append(
+                f"{name:<34}{r['mean_act']:>8.2f}{r['min_seed_mean_act']:>12.2f}"
+                f"{r['mean_step']:>8.2f}{r['min_seed_mean_step']:>12.2f}"
+            )
+    if "savings" in report:
+        s = report["savings"]
+        lines += [""]
+        if s["scale"] is None:
+            lines.append(f"savings: tangram does not reach static's {s['target_step_s']:.1f}s")
+        else:
+            kinds = " ".join(
+                f"{k}={v:.1f}%"
+                for k, v in s["saving_pct_by_kind"].items()
+                if k not in ("memory", "gpu_memory")
+            )
+            lines.append(
+                f"savings: tangram on {s['scale']:.3f} of the pool matches static's full-pool "
+                f"mean step ({s['target_step_s']:.1f}s): {s['saving_pct']:.1f}% fewer "
+                f"resources ({kinds})"
+            )
+    lines.append(f"\n({report['wall_s']:.1f}s)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.policy", description=__doc__)
+    parser.add_argument("workload")
+    parser.add_argument("--seeds", default="1", help="comma-separated, e.g. 1,2,3")
+    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    parser.add_argument("--ablations", action="store_true", help="add tangram-no-<mechanism>")
+    parser.add_argument("--savings", action="store_true")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    workload = load_workload(args.workload)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    names = [p for p in args.policies.split(",") if p]
+    if args.ablations:
+        names += [f"tangram-no-{m.replace('_', '-')}" for m in ABLATIONS]
+    policies = run_policies(workload, names, seeds)
+    report: dict[str, Any] = {
+        "workload": workload.name,
+        "seeds": seeds,
+        "policies": policies,
+        "ratios": ratios(policies),
+    }
+    if args.savings:
+        target = (
+            policies["static"]["mean_step_s"]
+            if "static" in policies
+            else mean_step(workload, "static", seeds)
+        )
+        report["savings"] = savings(workload, seeds, target)
+    report["wall_s"] = time.perf_counter() - started
+    if args.format == "json":
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

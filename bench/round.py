@@ -1,0 +1,146 @@
+"""One scheduling round at scale: 10,000 queued actions on 1,000 nodes.
+
+    python -m bench.round                  # tangram, 10,000 x 1,000
+    python -m bench.round --policies tangram,fifo --pending 10000 --nodes 1000
+
+The state is a busy cluster: 1,000 nodes (90% 32-core CPU nodes with two of
+six sandbox images warm, 10% 8-GPU hosts in two NVLink groups with a reward
+model resident on half), 5,000 actions running, 10,000 queued across three
+tenants with quotas: short and long sandbox calls (elastic), multi-GPU
+actions, batchable reward scoring and API calls. Prints the median and worst
+of the timed rounds and how many placements each made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from tangram_policy.registry import get_policy
+from tangram_policy.types import (
+    DurationStat,
+    Elasticity,
+    Node,
+    PendingAction,
+    RunningAction,
+    Snapshot,
+    TenantQuota,
+)
+
+IMAGES = [f"image:py{i}" for i in range(6)]
+TENANTS = ("team-a", "team-b", "team-c")
+
+
+def build_snapshot(pending: int, nodes: int, running: int, seed: int = 1) -> Snapshot:
+    rng = random.Random(seed)
+    node_list: list[Node] = []
+    for i in range(nodes):
+        if i % 10 == 9:
+            gpus = tuple(f"n{i}:g{j}" for j in range(8))
+            node_list.append(
+                Node(
+                    f"n{i}",
+                    {"cpu": 64, "memory": 524288, "gpu": 8, "gpu_memory": 655360},
+                    frozenset({"reward", "train_step"}),
+                    frozenset({"model:rm"}) if i % 20 == 19 else frozenset(),
+                    (gpus[:4], gpus[4:]),
+                )
+            )
+        else:
+            node_list.append(
+                Node(
+                    f"n{i}",
+                    {"cpu": 32, "memory": 131072},
+                    frozenset({"python", "tests", "api"}),
+                    frozenset(rng.sample(IMAGES, 2)),
+                )
+            )
+    node_list.append(Node("api", {"api:judge": 256}, frozenset({"judge"})))
+    running_list: list[RunningAction] = []
+    for i in range(running):
+        node = node_list[rng.randrange(nodes)]
+        if "gpu" in node.capacity:
+            allocation = {"gpu": 1.0, "cpu": 4.0, "memory": 32768.0}
+        else:
+            allocation = {"cpu": 4.0, "memory": 8192.0}
+        running_list.append(
+            RunningAction(f"r{i}", TENANTS[i % 3], "python", node.id, allocation, 0.0)
+        )
+    kinds = [
+        ("python", {"cpu": 1.0, "memory": 2048.0}, Elasticity(1, 2, 0.3), None, 2.0),
+        ("tests", {"cpu": 2.0, "memory": 4096.0}, Elasticity(1, 8, 0.9), None, 40.0),
+        ("train_step", {"gpu": 4.0, "cpu": 16.0, "memory": 65536.0}, Elasticity(), None, 300.0),
+        ("reward", {"gpu": 1.0, "cpu": 4.0, "memory": 32768.0}, Elasticity(), "rm", 6.0),
+        ("judge", {"api:judge": 1.0}, Elasticity(), None, 3.0),
+    ]
+    pending_list: list[PendingAction] = []
+    for i in range(pending):
+        kind, demand, elasticity, batch, _ = kinds[rng.choices(range(5), (50, 20, 2, 18, 10))[0]]
+        pending_list.append(
+            PendingAction(
+                id=f"p{i}",
+                tenant=TENANTS[rng.randrange(3)],
+                type=kind,
+                demand=demand,
+                submitted_at=1000.0 + rng.random() * 60.0,
+                priority=rng.choice((0, 0, 0, 1)),
+                elasticity=elasticity,
+                affinity=frozenset({rng.choice(IMAGES)})
+                if kind in ("python", "tests")
+                else frozenset({"model:rm"})
+                if kind == "reward"
+                else frozenset(),
+                batch_key=batch,
+                batch_limit=16 if batch else 1,
+                setup_s=30.0 if kind != "judge" else 0.0,
+            )
+        )
+    quotas = {
+        t: TenantQuota(
+            t,
+            guaranteed={"cpu": 9000.0, "gpu": 200.0, "api:judge": 80.0},
+            limit={"cpu": 20000.0, "gpu": 600.0, "api:judge": 200.0},
+            weight=w,
+        )
+        for t, w in zip(TENANTS, (1.0, 2.0, 1.0), strict=True)
+    }
+    stats = {(t, kind): DurationStat(50, mean) for t in TENANTS for kind, _, _, _, mean in kinds}
+    return Snapshot(
+        now=1060.0,
+        nodes=tuple(node_list),
+        quotas=quotas,
+        pending=tuple(pending_list),
+        running=tuple(running_list),
+        duration_stats=stats,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.round", description=__doc__)
+    parser.add_argument("--policies", default="tangram")
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=1_000)
+    parser.add_argument("--running", type=int, default=5_000)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args(argv)
+    snapshot = build_snapshot(args.pending, args.nodes, args.running)
+    print(f"{args.pending} pending x {args.nodes} nodes, {args.running} running")
+    print(f"{'policy':<24}{'median ms':>10}{'max ms':>10}{'placements':>12}")
+    for name in args.policies.split(","):
+        policy = get_policy(name)
+        timings = []
+        placements = 0
+        repeat = args.repeat if name != "fifo" else 1
+        for _ in range(repeat):
+            started = time.perf_counter()
+            decision = policy.decide(snapshot)
+            timings.append((time.perf_counter() - started) * 1000.0)
+            placements = len(decision.placements)
+        print(f"{name:<24}{statistics.median(timings):>10.1f}{max(timings):>10.1f}{placements:>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
