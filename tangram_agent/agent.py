@@ -176,6 +176,9 @@ class Agent:
                 log.error("server rejected agent %s: %s", self.config.name, exc)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake, InvalidURI) as exc:
                 log.warning("connection to %s failed: %r", self.config.ws_url, exc)
+            except Exception:
+                # Whatever the server sent, the agent must keep its runs and retry.
+                log.exception("connection to %s broke", self.config.ws_url)
             finally:
                 self._ws = None
                 self.registered.clear()
@@ -218,7 +221,10 @@ class Agent:
         heartbeat = asyncio.create_task(self._heartbeat(ws, interval))
         try:
             async for raw in ws:
-                self._handle(json.loads(raw))
+                try:
+                    self._handle(json.loads(raw))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("ignoring malformed message %.200r: %r", raw, exc)
         finally:
             heartbeat.cancel()
 

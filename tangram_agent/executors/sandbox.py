@@ -76,6 +76,8 @@ class SandboxSettings:
     python: str = "/usr/bin/python3"
     bash: str = "/usr/bin/bash"
     bwrap: str | None = field(default_factory=lambda: shutil.which("bwrap"))
+    #: False: rlimits only, never touch cgroups.
+    use_cgroups: bool = True
     #: A delegated cgroup v2 directory; None probes the agent's own cgroups.
     cgroup_parent: str | None = None
     #: Host directories bound writable into every sandbox: (host path, sandbox path).
@@ -189,7 +191,11 @@ class Sandbox:
         os.chmod(self.work_root, 0o711)
         if self._root:
             _check_traversable(self.work_root)
-        self._cgroups = CgroupManager.probe(parent=self.settings.cgroup_parent)
+        self._cgroups = (
+            CgroupManager.probe(parent=self.settings.cgroup_parent)
+            if self.settings.use_cgroups
+            else None
+        )
         self._bwrap_extra = self._probe_bwrap()
         self.isolation = self._describe()
         for warning in self.isolation.warnings:

@@ -231,10 +231,13 @@ def test_cancel_kills_the_run_and_reports_cancelled() -> None:
     arun(scenario)
 
 
-def test_unknown_type_and_bad_payload_fail_cleanly() -> None:
+def test_unknown_type_bad_payload_and_malformed_messages_fail_cleanly() -> None:
     async def scenario() -> None:
         async with running_agent() as (server, _):
             await server.next("register")
+            assert server.connection is not None
+            await server.connection.send("{not json")
+            await server.send({"type": "assign", "action": {"id": "no-attempt"}})
             unknown = {**sleep_assignment(0), "type": "gpu.reward"}
             await server.send({"type": "assign", "action": unknown})
             result = await server.next("result")
@@ -248,6 +251,7 @@ def test_unknown_type_and_bad_payload_fail_cleanly() -> None:
             assert (result["action"], result["state"]) == ("a2", "failed")
             assert "invalid payload" in result["error"]
             await server.ack(result)
+            assert server.connections == 1  # malformed messages did not break the session
 
     arun(scenario)
 

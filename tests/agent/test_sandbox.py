@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import time
@@ -289,3 +290,44 @@ def test_concurrent_runs_use_separate_slots(sandbox: Sandbox) -> None:
     # Each run sees only its own fresh work dir.
     assert all(o.stdout == "['main.py']\n" for o in outcomes)
     assert os.listdir(sandbox.work_root) == []
+
+
+def test_without_bwrap_it_degrades_loudly_but_still_limits_and_kills(
+    sandbox_settings: SandboxSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tangram.agent")
+    box = Sandbox(replace(sandbox_settings, bwrap=None))
+    try:
+        assert not box.isolation.bwrap
+        assert any("NO filesystem or network isolation" in r.message for r in caplog.records)
+        outcome = run(box, make_assignment("import os; print(os.getuid() != 0, os.getcwd())"))
+        assert outcome.state == "succeeded", outcome
+        assert outcome.stdout.startswith("True ")
+        hung = run(
+            box,
+            make_assignment(
+                "(sleep 30) & setsid sleep 30 & sleep 30", type="sandbox.bash", timeout_s=1
+            ),
+        )
+        assert hung.state == "timed_out"
+        assert sandbox_processes() == []
+    finally:
+        box.close()
+
+
+def test_without_cgroups_memory_and_processes_fall_back_to_rlimits(
+    sandbox_settings: SandboxSettings,
+) -> None:
+    box = Sandbox(replace(sandbox_settings, use_cgroups=False))
+    try:
+        assert box.isolation.cgroups is None
+        bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
+        outcome = run(box, make_assignment(bomb, memory=128))
+        assert outcome.state == "failed"
+        assert "memory" in outcome.error
+        forks = run(box, make_assignment(":(){ :|:& };:; wait", type="sandbox.bash", timeout_s=3))
+        assert forks.state in ("succeeded", "failed", "timed_out")
+        assert sandbox_processes() == []
+        assert run(box, make_assignment("print('alive')")).stdout == "alive\n"
+    finally:
+        box.close()
