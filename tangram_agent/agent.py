@@ -277,12 +277,11 @@ class Agent:
 
     def _on_cancel(self, key: RunKey) -> None:
         task = self._runs.get(key)
+        # Only runs in flight: a finished run keeps its result, and a run never
+        # held needs no answer (the server decides its state itself).
         if task is not None:
             log.info("cancelling %s attempt %d", *key)
             task.cancel()
-        elif key not in self._unacked:
-            # Never held (or long finished and acked): confirm, so the server can close it.
-            self._send_soon(self._result(key, Outcome(state="cancelled", finished_at=time.time())))
 
     def _send_soon(self, message: Mapping[str, Any]) -> None:
         asyncio.get_running_loop().create_task(self._send(message))

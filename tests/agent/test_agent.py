@@ -222,11 +222,11 @@ def test_cancel_kills_the_run_and_reports_cancelled() -> None:
             assert result["state"] == "cancelled"
             assert result["started_at"] is not None
             await server.ack(result)
-            # A cancel for something the agent never held is confirmed too.
+            # A cancel for a run the agent does not hold changes nothing and gets no reply.
             await server.send({"type": "cancel", "action": "ghost", "attempt": 2})
-            ghost = await server.next("result", timeout=5)
-            assert (ghost["action"], ghost["attempt"], ghost["state"]) == ("ghost", 2, "cancelled")
-            await server.ack(ghost)
+            await server.next("heartbeat")
+            await server.next("heartbeat")
+            assert all(m["type"] == "heartbeat" for m in list(server.inbox._queue))  # type: ignore[attr-defined]
 
     arun(scenario)
 
