@@ -2,10 +2,13 @@
 
 import os
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tangram_web.settings")
-django_asgi_app = get_asgi_application()
+# The dashboard's few static files are served by the app itself, so that daphne
+# alone is a complete server; a deployment may put a reverse proxy in front.
+django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -95,7 +95,7 @@ def dashboard_server(tmp_path) -> Iterator[DashboardServer]:
                     "127.0.0.1",
                     "-p",
                     str(port),
-                    "tests.dashboard.static_asgi:application",
+                    "tangram_web.asgi:application",
                 ],
                 cwd=ROOT,
                 env=env,
