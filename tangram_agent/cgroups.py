@@ -50,6 +50,19 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
+def _remove_stale_parents(base: Path) -> None:
+    """Remove what agents that died without cleaning up left behind (empty dirs only)."""
+    for stale in base.glob("tangram-agent-*"):
+        pid = stale.name.removeprefix("tangram-agent-")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            for child in stale.iterdir():
+                if child.is_dir():
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
+            with contextlib.suppress(OSError):
+                stale.rmdir()
+
+
 @dataclass(frozen=True)
 class RunCgroup:
     """The cgroup directories of one run (one per v1 controller, one for v2)."""
@@ -165,6 +178,7 @@ class CgroupManager:
             mount = root / controller
             if not (mount / "cgroup.procs").exists() or controller not in own:
                 continue
+            _remove_stale_parents(mount / own[controller].lstrip("/"))
             parent = mount / own[controller].lstrip("/") / name
             try:
                 parent.mkdir(exist_ok=True)
