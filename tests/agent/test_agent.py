@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -346,3 +349,50 @@ def test_config_rejects_bad_values_and_builds_the_ws_url(tmp_path: Path) -> None
         AgentConfig(server="http://x", token="t", name="n", executors=("docker",))
     with pytest.raises(ValueError, match="http"):
         AgentConfig(server="ftp://x", token="t", name="n")
+
+
+def test_cli_reads_the_environment_and_drains_on_sigterm(shared_dir: Path) -> None:
+    async def scenario() -> None:
+        server = FakeServer()
+        async with serve(server.handler, "127.0.0.1", 0) as ws_server:
+            port = ws_server.sockets[0].getsockname()[1]
+            env = {
+                **os.environ,
+                "TANGRAM_SERVER": f"http://127.0.0.1:{port}",
+                "TANGRAM_AGENT_TOKEN": TOKEN,
+                "TANGRAM_NODE_NAME": "cli-node",
+            }
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tangram_agent",
+                "--cpu",
+                "3",
+                "--memory",
+                "2048",
+                "--executors",
+                "sleep",
+                "--work-root",
+                str(shared_dir / "cli-work"),
+                env=env,
+            )
+            try:
+                register = await server.next("register")
+                assert (register["node"], register["capacity"]) == (
+                    "cli-node",
+                    {"cpu": 3, "memory": 2048},
+                )
+                assert server.authorization == [f"Bearer {TOKEN}"]
+                await server.send({"type": "assign", "action": sleep_assignment(0.5)})
+                await server.next("started")
+                proc.send_signal(signal.SIGTERM)
+                result = await server.next("result")
+                assert result["state"] == "succeeded"
+                await server.ack(result)
+                assert await asyncio.wait_for(proc.wait(), 20) == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+
+    arun(scenario)
