@@ -6,9 +6,10 @@ Layers, each covering what the others miss:
   command exits or bwrap is killed, the kernel kills everything left in the
   namespace), nothing of the host visible but ``/usr`` read-only, a fresh
   ``/sandbox`` work dir and a ``/tmp`` tmpfs; the agent's environment cleared.
-- an unprivileged host uid per concurrent slot (``uid_base + slot``) when the
-  agent is root: the code never runs as root, even in its namespace, and
-  RLIMIT_NPROC (per real uid, ignored for root) means something.
+- an unprivileged host uid per concurrent slot when the agent is root: the
+  code never runs as root, even in its namespace, and RLIMIT_NPROC (per real
+  uid, ignored for root) means something. Agents on one host claim disjoint
+  uid blocks through lock files, so two agents never share a uid.
 - a cgroup per run (:mod:`tangram_agent.cgroups`): memory (OOM kills are
   reported as such), process count, CPU cores; and a complete kill list.
 - rlimits: CPU seconds, file size, open files, no core dumps; address space
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -52,6 +54,8 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 Language = Literal["python", "bash"]
 #: Exit code of the launcher when it could not set the sandbox up.
 LAUNCH_FAILED = 125
+#: uids per agent; also the most slots an agent may have.
+UID_BLOCK = 1024
 
 
 def default_work_root() -> Path:
@@ -66,7 +70,10 @@ class SandboxSettings:
     output_cap: int = DEFAULT_OUTPUT_CAP
     #: Concurrent runs; each holds one slot (and, as root, its own uid).
     slots: int = 64
+    #: First uid of the blocks of ``UID_BLOCK`` uids that agents claim.
     uid_base: int = 60000
+    #: Where agents on this host lock their uid blocks.
+    lock_dir: Path = Path(tempfile.gettempdir()) / "tangram-agent-locks"
     pids_max: int = 256
     default_memory_mib: float = 512.0
     default_cpus: float = 1.0
@@ -185,6 +192,10 @@ class Sandbox:
     def __init__(self, settings: SandboxSettings | None = None) -> None:
         self.settings = settings or SandboxSettings()
         self._root = os.geteuid() == 0
+        if not 1 <= self.settings.slots <= UID_BLOCK:
+            raise ValueError(f"sandbox slots must be between 1 and {UID_BLOCK}")
+        self._uid_lock: int | None = None
+        self.uid_base = self._claim_uid_block() if self._root else None
         self.work_root = self.settings.work_root
         self.work_root.mkdir(parents=True, exist_ok=True)
         # Slot uids must traverse it to reach their run dir; nobody may list it.
@@ -211,11 +222,25 @@ class Sandbox:
         for slot in range(self.settings.slots):
             self._free_slots.put_nowait(slot)
 
+    def _claim_uid_block(self) -> int:
+        """Lock the first free block of uids on this host, for this Sandbox's life."""
+        self.settings.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for block in range(64):
+            fd = os.open(self.settings.lock_dir / f"uids-{block}.lock", os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._uid_lock = fd
+            return self.settings.uid_base + block * UID_BLOCK
+        raise RuntimeError(f"all 64 sandbox uid blocks in {self.settings.lock_dir} are taken")
+
     def _probe_bwrap(self) -> list[str] | None:
         """The extra bwrap flags this bwrap accepts, or None if bwrap cannot run here."""
         if not self.settings.bwrap:
             return None
-        uid = self.settings.uid_base if self._root else None
+        uid = self.uid_base
         last_error = ""
         for extra in (["--disable-userns"], []):
             argv = self._bwrap_argv(extra, etc=None, work=None, env={}) + ["/usr/bin/true"]
@@ -267,6 +292,9 @@ class Sandbox:
     def close(self) -> None:
         if self._cgroups is not None:
             self._cgroups.close()
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)
+            self._uid_lock = None
 
     # -- building the command -------------------------------------------------
 
@@ -395,7 +423,7 @@ class Sandbox:
         cpus = float(allocation.get("cpu") or settings.default_cpus)
         timeout = float(assignment.get("timeout_s") or settings.default_timeout_s)
         cpu_s = math.ceil(timeout * max(cpus, 1.0)) + 1
-        uid = settings.uid_base + slot if self._root else None
+        uid = None if self.uid_base is None else self.uid_base + slot
         run_name = "-".join(
             (_safe_name(str(assignment["id"])), str(assignment["attempt"]), secrets.token_hex(4))
         )

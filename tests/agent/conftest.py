@@ -14,7 +14,7 @@ import pytest
 
 from tangram_agent.executors import Sandbox, SandboxSettings
 
-#: Slot uids of the test sandboxes, away from the default range a live agent uses.
+#: Slot uids of the test sandboxes start here (plus a claimed block offset).
 TEST_UID_BASE = 61000
 TEST_SLOTS = 4
 
@@ -46,18 +46,19 @@ def make_assignment(
     }
 
 
-def sandbox_processes(settle_s: float = 5.0) -> list[int]:
-    """Host pids running as any test slot uid, once given ``settle_s`` to exit.
+def sandbox_processes(box: Sandbox, settle_s: float = 5.0) -> list[int]:
+    """Host pids running as any slot uid of ``box``, once given ``settle_s`` to exit.
 
     SIGKILLed processes and a dying pid namespace go away asynchronously.
     """
     deadline = time.monotonic() + settle_s
-    while (found := _sandbox_processes()) and time.monotonic() < deadline:
+    while (found := _sandbox_processes(box)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return found
 
 
-def _sandbox_processes() -> list[int]:
+def _sandbox_processes(box: Sandbox) -> list[int]:
+    assert box.uid_base is not None, "the agent tests run as root"
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -71,7 +72,7 @@ def _sandbox_processes() -> list[int]:
         for line in status.splitlines():
             if line.startswith("Uid:"):
                 uid = int(line.split()[1])
-                if TEST_UID_BASE <= uid < TEST_UID_BASE + TEST_SLOTS:
+                if box.uid_base <= uid < box.uid_base + box.settings.slots:
                     found.append(int(entry))
     return found
 
@@ -97,4 +98,4 @@ def sandbox(sandbox_settings: SandboxSettings) -> Iterator[Sandbox]:
     box = Sandbox(sandbox_settings)
     yield box
     box.close()
-    assert sandbox_processes() == [], "a sandbox process outlived its test"
+    assert sandbox_processes(box) == [], "a sandbox process outlived its test"

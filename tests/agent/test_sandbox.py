@@ -179,7 +179,7 @@ while True:
     outcome = run(sandbox, make_assignment(code, timeout_s=3))
     assert outcome.state in ("failed", "timed_out"), outcome
     assert time.monotonic() - begin < 60
-    assert sandbox_processes() == []
+    assert sandbox_processes(sandbox) == []
     assert run(sandbox, make_assignment("print('alive')")).stdout == "alive\n"
 
 
@@ -187,7 +187,7 @@ def test_bash_fork_bomb_hits_the_process_limit(sandbox: Sandbox) -> None:
     outcome = run(sandbox, make_assignment(":(){ :|:& };:; wait", type="sandbox.bash", timeout_s=3))
     assert outcome.state in ("succeeded", "failed", "timed_out")
     assert "fork" in outcome.stderr or "process limit" in outcome.error
-    assert sandbox_processes() == []
+    assert sandbox_processes(sandbox) == []
 
 
 def test_timeout_kills_the_whole_process_tree(
@@ -211,7 +211,7 @@ sleep 60
         assert outcome.exit_code is None
         assert "timed out after 1 s" in outcome.error
         assert time.monotonic() - begin < 30
-        assert sandbox_processes() == []
+        assert sandbox_processes(box) == []
         time.sleep(3)
         assert sorted(p.name for p in marks.iterdir()) == ["bound"]
     finally:
@@ -229,7 +229,7 @@ def test_cancellation_kills_the_run_and_cleans_up(sandbox: Sandbox) -> None:
             await task
 
     asyncio.run(cancel_midway())
-    assert sandbox_processes() == []
+    assert sandbox_processes(sandbox) == []
     assert list(sandbox.work_root.iterdir()) == []
 
 
@@ -310,7 +310,7 @@ def test_without_bwrap_it_degrades_loudly_but_still_limits_and_kills(
             ),
         )
         assert hung.state == "timed_out"
-        assert sandbox_processes() == []
+        assert sandbox_processes(box) == []
     finally:
         box.close()
 
@@ -327,7 +327,20 @@ def test_without_cgroups_memory_and_processes_fall_back_to_rlimits(
         assert "memory" in outcome.error
         forks = run(box, make_assignment(":(){ :|:& };:; wait", type="sandbox.bash", timeout_s=3))
         assert forks.state in ("succeeded", "failed", "timed_out")
-        assert sandbox_processes() == []
+        assert sandbox_processes(box) == []
         assert run(box, make_assignment("print('alive')")).stdout == "alive\n"
     finally:
         box.close()
+
+
+def test_two_sandboxes_on_one_host_never_share_uids(
+    sandbox: Sandbox, sandbox_settings: SandboxSettings
+) -> None:
+    other = Sandbox(sandbox_settings)
+    try:
+        assert sandbox.uid_base is not None and other.uid_base is not None
+        assert abs(other.uid_base - sandbox.uid_base) >= sandbox_settings.slots
+        outcome = run(other, make_assignment("import os; print(os.getuid())"))
+        assert outcome.state == "succeeded", outcome
+    finally:
+        other.close()
