@@ -124,6 +124,12 @@ class SandboxPayload:
                 raise PayloadError("files: a path contains a NUL byte")
         if any("\0" in a for a in args):
             raise PayloadError("args: an argument contains a NUL byte")
+        texts = [code, stdin, *args, *files, *files.values()]
+        try:
+            for text in texts:
+                text.encode()
+        except UnicodeEncodeError as exc:
+            raise PayloadError(f"text is not valid Unicode: {exc.reason}") from exc
         return cls(code=code, stdin=stdin, files=dict(files), args=list(args))
 
 

@@ -256,6 +256,7 @@ def test_output_is_capped_with_truncation_flags(sandbox_settings: SandboxSetting
         ({"code": "", "files": {"main.py": "x"}}, "would replace the code"),
         ({"code": "", "args": "not-a-list"}, "args must be a list"),
         ({"code": "", "stdin": 3}, "stdin must be a string"),
+        ({"code": "print('\ud800')"}, "not valid Unicode"),
     ],
 )
 def test_bad_payloads_fail_without_running(
