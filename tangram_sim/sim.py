@@ -166,6 +166,17 @@ class _Action:
         self.is_lease = False
 
 
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """An action submitted from outside the RL loop (a replayed trace)."""
+
+    at: float
+    type: str
+    tenant: str
+    base_s: float
+    id: str = ""
+
+
 @dataclass(slots=True)
 class ActionRecord:
     id: str
@@ -241,6 +252,7 @@ class Simulation:
         *,
         keep_records: bool = False,
         on_record: Callable[[ActionRecord], None] | None = None,
+        arrivals: Iterable[Arrival] | None = None,
     ) -> None:
         self.workload = workload
         name = policy if isinstance(policy, str) else policy.name
@@ -274,6 +286,25 @@ class Simulation:
         self._room: set[str] = {n.id for n in self.nodes.values() if n.has_room()}
         self._makespan = 0.0
         self._runs: list[_TaskRun] = []
+        if arrivals is not None:
+            if self.static:
+                raise ValueError("static needs trajectories; an action trace has none")
+            types = workload.action_types()
+            for arrival in arrivals:
+                action_type = types.get(arrival.type)
+                if action_type is None:
+                    raise ValueError(f"trace type {arrival.type!r} is not in {workload.name}")
+                self._ids += 1
+                action = _Action(
+                    arrival.id or f"a{self._ids}",
+                    action_type,
+                    arrival.tenant,
+                    None,
+                    arrival.at,
+                    arrival.base_s,
+                )
+                self._push(arrival.at, _SUBMIT, action)
+            return
         for task in workload.tasks:
             lease = _lease_type(task) if self.static else None
             run = _TaskRun(task, lease)
@@ -576,6 +607,7 @@ class Simulation:
 
     def _finish(self, action: _Action) -> None:
         action.finished = self.now
+        self._makespan = max(self._makespan, self.now)
         in_lease = action.allocation == {} and not action.is_lease
         if not in_lease:
             self._release(action)

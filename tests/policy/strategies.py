@@ -1,0 +1,128 @@
+"""Hypothesis strategies for random scheduling states."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from tangram_policy.types import (
+    DurationStat,
+    Elasticity,
+    Node,
+    PendingAction,
+    RunningAction,
+    Snapshot,
+    TenantQuota,
+)
+
+TENANTS = ("a", "b", "c")
+TYPES = ("python", "tests", "reward")
+
+
+@st.composite
+def nodes(draw: st.DrawFn, index: int) -> Node:
+    gpus = draw(st.sampled_from((0, 0, 2, 4, 8)))
+    capacity: dict[str, float] = {
+        "cpu": float(draw(st.integers(1, 32))),
+        "memory": float(draw(st.integers(1, 64)) * 1024),
+    }
+    groups: tuple[tuple[str, ...], ...] = ()
+    if gpus:
+        capacity["gpu"] = float(gpus)
+        ids = [f"n{index}:g{i}" for i in range(gpus)]
+        size = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= gpus]))
+        groups = tuple(tuple(ids[i : i + size]) for i in range(0, gpus, size))
+    executors = frozenset(draw(st.sets(st.sampled_from(TYPES), min_size=1)))
+    warm = frozenset(draw(st.sets(st.sampled_from(("image:a", "image:b", "model:rm")))))
+    return Node(f"n{index}", capacity, executors, warm, groups)
+
+
+@st.composite
+def pending_actions(draw: st.DrawFn, index: int) -> PendingAction:
+    action_type = draw(st.sampled_from(TYPES))
+    demand: dict[str, float] = {
+        "cpu": float(draw(st.integers(1, 8))),
+        "memory": float(draw(st.integers(0, 8)) * 512),
+    }
+    if action_type == "reward" and draw(st.booleans()):
+        demand["gpu"] = float(draw(st.integers(1, 4)))
+    max_units = draw(st.integers(1, 8))
+    return PendingAction(
+        id=f"p{index}",
+        tenant=draw(st.sampled_from(TENANTS)),
+        type=action_type,
+        demand=demand,
+        submitted_at=float(draw(st.integers(0, 100))),
+        priority=draw(st.integers(0, 2)),
+        duration_hint_s=draw(st.none() | st.floats(0.1, 100.0)),
+        elasticity=Elasticity(
+            min_units=1,
+            max_units=max_units,
+            parallel_fraction=draw(st.floats(0.0, 1.0)),
+            unit_kind="gpu" if demand.get("gpu") else "cpu",
+        ),
+        affinity=frozenset(draw(st.sets(st.sampled_from(("image:a", "image:b")), max_size=1))),
+        batch_key="rm" if action_type == "reward" and draw(st.booleans()) else None,
+        batch_limit=draw(st.integers(1, 8)),
+        setup_s=draw(st.sampled_from((0.0, 30.0))),
+    )
+
+
+@st.composite
+def quotas(draw: st.DrawFn) -> dict[str, TenantQuota]:
+    out: dict[str, TenantQuota] = {}
+    for tenant in draw(st.sets(st.sampled_from(TENANTS))):
+        guaranteed = {"cpu": float(draw(st.integers(0, 32))), "gpu": float(draw(st.integers(0, 4)))}
+        limit = {
+            "cpu": guaranteed["cpu"] + draw(st.integers(0, 64)),
+            "gpu": guaranteed["gpu"] + draw(st.integers(0, 8)),
+        }
+        out[tenant] = TenantQuota(
+            tenant,
+            guaranteed,
+            limit,
+            weight=draw(st.sampled_from((0.5, 1.0, 2.0))),
+            lend_guarantee=draw(st.booleans()),
+        )
+    return out
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    node_list = [draw(nodes(i)) for i in range(draw(st.integers(1, 6)))]
+    pending = [draw(pending_actions(i)) for i in range(draw(st.integers(0, 40)))]
+    running: list[RunningAction] = []
+    for i in range(draw(st.integers(0, 6))):
+        node = draw(st.sampled_from(node_list))
+        cpu = float(draw(st.integers(0, int(node.capacity["cpu"]))))
+        running.append(
+            RunningAction(
+                f"r{i}",
+                draw(st.sampled_from(TENANTS)),
+                draw(st.sampled_from(sorted(node.executors))),
+                node.id,
+                {"cpu": cpu},
+                0.0,
+            )
+        )
+    # Keep running actions within each node's capacity, as the scheduler would.
+    used: dict[str, float] = {}
+    kept = []
+    for action in running:
+        node = next(n for n in node_list if n.id == action.node)
+        if used.get(node.id, 0.0) + action.allocation["cpu"] <= node.capacity["cpu"]:
+            used[node.id] = used.get(node.id, 0.0) + action.allocation["cpu"]
+            kept.append(action)
+    stats = {
+        (tenant, kind): DurationStat(draw(st.integers(1, 50)), draw(st.floats(0.5, 60.0)))
+        for tenant in TENANTS
+        for kind in TYPES
+        if draw(st.booleans())
+    }
+    return Snapshot(
+        now=200.0,
+        nodes=tuple(node_list),
+        quotas=draw(quotas()),
+        pending=tuple(pending),
+        running=tuple(kept),
+        duration_stats=stats,
+    )

@@ -1,0 +1,138 @@
+"""Properties every policy keeps on random states (hypothesis).
+
+Never above a node's capacity or a tenant's limit, every placement valid,
+guarantees served first, deterministic for a given state.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tangram_policy.registry import POLICIES, get_policy
+from tangram_policy.types import EPSILON, PendingAction, Snapshot, TenantQuota
+from tests.policy.strategies import snapshots
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _check_decision(snapshot: Snapshot, name: str) -> None:
+    decision = get_policy(name).decide(snapshot)
+    nodes = {node.id: node for node in snapshot.nodes}
+    pending = {action.id: action for action in snapshot.pending}
+    used: dict[str, dict[str, float]] = {node.id: {} for node in snapshot.nodes}
+    usage: dict[str, dict[str, float]] = {}
+    for running in snapshot.running:
+        for kind, amount in running.allocation.items():
+            node_used = used[running.node]
+            node_used[kind] = node_used.get(kind, 0.0) + amount
+            tenant = usage.setdefault(running.tenant, {})
+            tenant[kind] = tenant.get(kind, 0.0) + amount
+    before = {tenant: dict(u) for tenant, u in usage.items()}
+    seen: set[str] = set()
+    gpus_taken: dict[str, set[str]] = {}
+    batches: dict[str, list[str]] = {}
+    for placement in decision.placements:
+        assert placement.action_id in pending, "placed an action that is not pending"
+        assert placement.action_id not in seen, "placed an action twice"
+        seen.add(placement.action_id)
+        action = pending[placement.action_id]
+        node = nodes[placement.node_id]
+        assert action.type in node.executors, "placed on a node that does not run its type"
+        elasticity = action.elasticity
+        assert elasticity.min_units <= placement.units <= max(elasticity.max_units, 1)
+        if placement.batch_id is not None:
+            batches.setdefault(placement.batch_id, []).append(placement.node_id)
+        for kind, amount in placement.allocation.items():
+            assert amount >= 0
+            node_used = used[node.id]
+            node_used[kind] = node_used.get(kind, 0.0) + amount
+            tenant = usage.setdefault(action.tenant, {})
+            tenant[kind] = tenant.get(kind, 0.0) + amount
+        if placement.gpus and placement.batch_id is None:
+            taken = gpus_taken.setdefault(node.id, set())
+            assert not taken & set(placement.gpus), "a GPU given to two actions"
+            taken |= set(placement.gpus)
+            if len(placement.gpus) > 1 and name != "tangram-no-topology":
+                groups = [set(g) for g in node.gpu_groups]
+                assert any(set(placement.gpus) <= g for g in groups), "GPUs across groups"
+    for node_id, node_used in used.items():
+        for kind, amount in node_used.items():
+            capacity = nodes[node_id].capacity.get(kind, 0.0)
+            # Running actions alone may not exceed it, so any excess is the policy's.
+            assert amount <= capacity + 1e-6, f"{node_id} over its {kind}"
+    for tenant, tenant_usage in usage.items():
+        quota = snapshot.quotas.get(tenant)
+        if quota is None:
+            continue
+        for kind, limit in quota.limit.items():
+            added = tenant_usage.get(kind, 0.0) - before.get(tenant, {}).get(kind, 0.0)
+            if added > EPSILON:
+                assert tenant_usage[kind] <= limit + 1e-6, f"{tenant} over its {kind} limit"
+    for node_ids in batches.values():
+        assert len(set(node_ids)) == 1, "a batch split across nodes"
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@SETTINGS
+@given(snapshot=snapshots())
+def test_never_over_capacity_or_limit(name: str, snapshot: Snapshot) -> None:
+    _check_decision(snapshot, name)
+
+
+@SETTINGS
+@given(snapshot=snapshots(), seed=st.integers(0, 1000))
+def test_deterministic_whatever_the_input_order(snapshot: Snapshot, seed: int) -> None:
+    policy = get_policy("tangram")
+    first = policy.decide(snapshot)
+    assert policy.decide(snapshot) == first
+    rng = random.Random(seed)
+    pending = list(snapshot.pending)
+    nodes = list(snapshot.nodes)
+    rng.shuffle(pending)
+    rng.shuffle(nodes)
+    shuffled = replace(snapshot, pending=tuple(pending), nodes=tuple(nodes))
+    assert policy.decide(shuffled) == first
+
+
+@SETTINGS
+@given(
+    guaranteed=st.integers(1, 24),
+    own=st.integers(0, 24),
+    borrowing=st.integers(0, 60),
+    cores=st.integers(24, 48),
+    lend=st.booleans(),
+)
+def test_a_tenant_within_its_guarantee_is_served_before_borrowers(
+    guaranteed: int, own: int, borrowing: int, cores: int, lend: bool
+) -> None:
+    """Whatever borrowers want, work within a guarantee that the pool can hold is placed,
+    and a non-lent idle guarantee stays free."""
+    from tangram_policy.types import Node
+
+    own = min(own, guaranteed)
+    quotas = {
+        "a": TenantQuota("a", {"cpu": float(guaranteed)}, {"cpu": 100.0}, lend_guarantee=lend),
+        "b": TenantQuota("b", {}, {"cpu": 100.0}),
+    }
+    pending = [
+        PendingAction(f"b{i}", "b", "python", {"cpu": 1.0}, submitted_at=0.0, priority=2)
+        for i in range(borrowing)
+    ] + [PendingAction(f"a{i}", "a", "python", {"cpu": 1.0}, submitted_at=50.0) for i in range(own)]
+    snapshot = Snapshot(
+        now=60.0,
+        nodes=(Node("n", {"cpu": float(cores)}, frozenset({"python"})),),
+        quotas=quotas,
+        pending=tuple(pending),
+        running=(),
+    )
+    for name in ("tangram", "fifo"):
+        placed = {p.action_id for p in get_policy(name).decide(snapshot).placements}
+        assert {f"a{i}" for i in range(own)} <= placed
+        if not lend:
+            borrowed = sum(1 for p in placed if p.startswith("b"))
+            assert borrowed <= cores - guaranteed

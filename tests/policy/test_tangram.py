@@ -1,0 +1,245 @@
+"""The Tangram policy's mechanisms, one by one, and starvation freedom."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tangram_policy.registry import get_policy
+from tangram_policy.tangram import TangramConfig, TangramPolicy
+from tangram_policy.types import (
+    DurationStat,
+    Elasticity,
+    Node,
+    PendingAction,
+    RunningAction,
+    Snapshot,
+    TenantQuota,
+)
+
+
+def _snapshot(
+    nodes: list[Node],
+    pending: list[PendingAction],
+    running: list[RunningAction] | None = None,
+    quotas: dict[str, TenantQuota] | None = None,
+    stats: dict[tuple[str, str], DurationStat] | None = None,
+    now: float = 100.0,
+) -> Snapshot:
+    return Snapshot(
+        now=now,
+        nodes=tuple(nodes),
+        quotas=quotas or {},
+        pending=tuple(pending),
+        running=tuple(running or ()),
+        duration_stats=stats or {},
+    )
+
+
+def _action(id: str, **kwargs: object) -> PendingAction:
+    fields: dict[str, object] = {
+        "tenant": "t",
+        "type": "python",
+        "demand": {"cpu": 1.0},
+        "submitted_at": 0.0,
+    }
+    fields.update(kwargs)
+    return PendingAction(id=id, **fields)  # type: ignore[arg-type]
+
+
+CPU = frozenset({"python"})
+
+
+def test_shortest_expected_work_goes_first() -> None:
+    stats = {("t", "long"): DurationStat(20, 60.0), ("t", "short"): DurationStat(20, 2.0)}
+    node = Node("n", {"cpu": 1.0}, frozenset({"long", "short"}))
+    pending = [
+        _action("long", type="long", submitted_at=0.0),
+        _action("short", type="short", submitted_at=1.0),
+    ]
+    decision = get_policy("tangram").decide(_snapshot([node], pending, stats=stats))
+    assert [p.action_id for p in decision.placements] == ["short"]
+    fifo = get_policy("tangram-no-ordering").decide(_snapshot([node], pending, stats=stats))
+    assert [p.action_id for p in fifo.placements] == ["long"]
+
+
+def test_best_fit_keeps_a_whole_node_for_a_large_request() -> None:
+    nodes = [Node("big", {"cpu": 16.0}, CPU), Node("small", {"cpu": 4.0}, CPU)]
+    pending = [
+        _action("small", demand={"cpu": 2.0}, duration_hint_s=1.0),
+        _action("large", demand={"cpu": 16.0}, duration_hint_s=5.0),
+    ]
+    placements = {
+        p.action_id: p.node_id
+        for p in get_policy("fifo").decide(_snapshot(nodes, pending)).placements
+    }
+    assert placements == {"small": "small", "large": "big"}
+    placements = {
+        p.action_id: p.node_id
+        for p in get_policy("tangram-no-elastic").decide(_snapshot(nodes, pending)).placements
+    }
+    assert placements == {"small": "small", "large": "big"}
+
+
+def test_a_warm_node_is_preferred_and_cold_is_the_fallback() -> None:
+    nodes = [
+        Node("cold", {"cpu": 2.0}, CPU),
+        Node("warm", {"cpu": 8.0}, CPU, warm=frozenset({"image:x"})),
+    ]
+    pending = [_action("a", affinity=frozenset({"image:x"}), setup_s=30.0)]
+    decision = get_policy("tangram").decide(_snapshot(nodes, pending))
+    assert decision.placements[0].node_id == "warm"
+    no_affinity = get_policy("tangram-no-affinity").decide(_snapshot(nodes, pending))
+    assert no_affinity.placements[0].node_id == "cold"  # best fit, blind to warmth
+    busy = [RunningAction("r", "t", "python", "warm", {"cpu": 8.0}, 0.0)]
+    fallback = get_policy("tangram").decide(_snapshot(nodes, pending, running=busy))
+    assert fallback.placements[0].node_id == "cold"
+
+
+def test_multi_gpu_actions_stay_inside_one_interconnect_group() -> None:
+    node = Node(
+        "g",
+        {"gpu": 8.0, "cpu": 64.0},
+        frozenset({"train"}),
+        gpu_groups=(("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7")),
+    )
+    running = [
+        RunningAction("r1", "t", "train", "g", {"gpu": 3.0}, 0.0, gpus=("g0", "g1", "g2")),
+        RunningAction("r2", "t", "train", "g", {"gpu": 1.0}, 0.0, gpus=("g4",)),
+    ]
+    four = [_action("four", type="train", demand={"gpu": 4.0})]
+    assert not get_policy("tangram").decide(_snapshot([node], four, running)).placements
+    two = [_action("two", type="train", demand={"gpu": 2.0})]
+    placement = get_policy("tangram").decide(_snapshot([node], two, running)).placements[0]
+    assert set(placement.gpus) <= {"g5", "g6", "g7"} and len(placement.gpus) == 2
+
+
+def test_elastic_actions_spread_on_an_idle_pool_and_stay_minimal_when_others_wait() -> None:
+    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.95)
+    node = Node("n", {"cpu": 32.0}, CPU)
+    alone = [_action("e", elasticity=elastic, duration_hint_s=60.0)]
+    placement = get_policy("tangram").decide(_snapshot([node], alone)).placements[0]
+    assert placement.units > 4
+    assert placement.allocation["cpu"] == placement.units
+    assert (
+        get_policy("tangram-no-elastic").decide(_snapshot([node], alone)).placements[0].units == 1
+    )
+    crowd = alone + [_action(f"w{i}", duration_hint_s=60.0, demand={"cpu": 2.0}) for i in range(20)]
+    decision = get_policy("tangram").decide(_snapshot([node], crowd))
+    units = {p.action_id: p.units for p in decision.placements}
+    assert units["e"] == 1  # some actions still wait for cores: no extra units
+
+
+def test_expansion_is_worth_less_on_a_cold_node() -> None:
+    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
+    busy = [RunningAction("r", "o", "python", "n", {"cpu": 16.0}, 0.0)]
+    node = Node("n", {"cpu": 32.0}, CPU)
+    action = _action(
+        "e",
+        elasticity=elastic,
+        duration_hint_s=10.0,
+        affinity=frozenset({"image:x"}),
+        setup_s=120.0,
+    )
+    cold = get_policy("tangram").decide(_snapshot([node], [action], busy)).placements[0]
+    warm_node = replace(node, warm=frozenset({"image:x"}))
+    warm = get_policy("tangram").decide(_snapshot([warm_node], [action], busy)).placements[0]
+    assert cold.units < warm.units
+
+
+def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
+    node = Node("g", {"gpu": 2.0}, frozenset({"reward"}), gpu_groups=(("g0", "g1"),))
+    reward = [
+        _action(
+            f"r{i}",
+            type="reward",
+            demand={"gpu": 1.0},
+            batch_key="rm",
+            batch_limit=8,
+            submitted_at=float(i),
+        )
+        for i in range(10)
+    ]
+    decision = get_policy("tangram").decide(_snapshot([node], reward))
+    assert {p.action_id for p in decision.placements} == {f"r{i}" for i in range(10)}
+    batches: dict[str | None, list[float]] = {}
+    for placement in decision.placements:
+        batches.setdefault(placement.batch_id, []).append(placement.allocation["gpu"])
+    assert len(batches) == 2 and None not in batches
+    for shares in batches.values():  # members share one execution's GPU
+        assert math.isclose(sum(shares), 1.0)
+    few = get_policy("tangram").decide(_snapshot([node], reward[:2]))
+    assert all(p.batch_id is None for p in few.placements)
+    unbatched = get_policy("tangram-no-batching").decide(_snapshot([node], reward))
+    assert len(unbatched.placements) == 2
+
+
+def test_borrowers_share_idle_capacity_by_weight() -> None:
+    quotas = {
+        "heavy": TenantQuota("heavy", {}, {"cpu": 100.0}, weight=2.0),
+        "light": TenantQuota("light", {}, {"cpu": 100.0}, weight=1.0),
+    }
+    node = Node("n", {"cpu": 30.0}, CPU)
+    pending = [
+        _action(f"{tenant}{i}", tenant=tenant, submitted_at=float(i), duration_hint_s=5.0)
+        for tenant in ("heavy", "light")
+        for i in range(40)
+    ]
+    decision = get_policy("tangram-no-elastic").decide(_snapshot([node], pending, quotas=quotas))
+    heavy = sum(1 for p in decision.placements if p.action_id.startswith("heavy"))
+    light = sum(1 for p in decision.placements if p.action_id.startswith("light"))
+    assert (heavy, light) == (20, 10)
+
+
+def test_a_borrower_never_exceeds_its_limit() -> None:
+    quotas = {"t": TenantQuota("t", {"cpu": 2.0}, {"cpu": 5.0})}
+    node = Node("n", {"cpu": 30.0}, CPU)
+    pending = [_action(f"a{i}") for i in range(10)]
+    decision = get_policy("tangram").decide(_snapshot([node], pending, quotas=quotas))
+    assert sum(p.allocation["cpu"] for p in decision.placements) <= 5.0
+
+
+def _serve(policy: TangramPolicy, gap: float, long_s: float, horizon: float) -> float | None:
+    """One 1-core node; a long action at t=0 and a 1 s action every ``gap`` s after it.
+
+    Returns when the long action starts, or None if it has not by ``horizon``.
+    """
+    node = Node("n", {"cpu": 1.0}, CPU)
+    long = _action("long", duration_hint_s=long_s, submitted_at=0.0)
+    pending = [long]
+    arrivals = 0
+    now = 0.0
+    while now <= horizon:
+        while arrivals * gap <= now:
+            pending.append(
+                _action(f"s{arrivals}", duration_hint_s=1.0, submitted_at=arrivals * gap + 1e-3)
+            )
+            arrivals += 1
+        visible = [a for a in pending if a.submitted_at <= now + 1e-3]
+        decision = policy.decide(_snapshot([node], visible, now=now))
+        if not decision.placements:
+            now = arrivals * gap
+            continue
+        placed = decision.placements[0].action_id
+        if placed == "long":
+            return now
+        pending = [a for a in pending if a.id != placed]
+        now += 1.0
+    return None
+
+
+@settings(max_examples=25, deadline=None)
+@given(gap=st.floats(0.3, 0.9), long_s=st.floats(5.0, 60.0))
+def test_aging_bounds_the_wait_of_a_long_action_under_a_flood_of_short_ones(
+    gap: float, long_s: float
+) -> None:
+    config = TangramConfig(aging_rate=0.5)
+    started = _serve(TangramPolicy(config), gap, long_s, horizon=10_000.0)
+    # Only actions submitted before long_s / aging_rate can overtake it, each 1 s long.
+    overtakers = math.ceil((long_s / config.aging_rate) / gap) + 2
+    assert started is not None and started <= overtakers * 1.0 + 1.0
+    pure_sjf = TangramPolicy(replace(config, aging_rate=0.0))
+    assert _serve(pure_sjf, gap, long_s, horizon=4 * overtakers) is None

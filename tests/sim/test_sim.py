@@ -1,0 +1,251 @@
+"""The simulator against small cases computed by hand, and each baseline's defining behaviour."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tangram_policy.types import Decision, Placement, Snapshot
+from tangram_sim.sim import PolicyError, Simulation, simulate
+from tangram_sim.trace import read_trace, replay, write_trace
+from tangram_sim.workload import load_workload, workload_from_dict
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "fixtures" / "workloads"
+
+
+def _workload(**overrides: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "name": "tiny",
+        "pool": [{"name": "cpu", "count": 1, "capacity": {"cpu": 1}, "executors": ["sandbox"]}],
+        "tasks": [
+            {
+                "name": "t",
+                "steps": 1,
+                "trajectories": 1,
+                "train_s": 3,
+                "turns": 2,
+                "think_s": 10,
+                "actions": [
+                    {
+                        "type": "run",
+                        "executor": "sandbox",
+                        "demand": {"cpu": 1},
+                        "duration_s": 5,
+                        "setup_s": 4,
+                        "start_s": 1,
+                        "affinity": ["image:x"],
+                    }
+                ],
+            }
+        ],
+    }
+    raw.update(overrides)
+    return raw
+
+
+def _two_trajectories() -> Mapping[str, Any]:
+    raw = _workload()
+    raw["tasks"][0]["trajectories"] = 2
+    return raw
+
+
+def test_one_trajectory_by_hand() -> None:
+    raw = _workload()
+    raw["tasks"][0]["actions"][0].update(setup_s=0, start_s=0)
+    result = simulate(workload_from_dict(raw), "fifo")
+    # think 10, run 5 (10..15), think 10, run 5 (25..30); train 3.
+    assert result.acts == [5.0, 5.0]
+    assert result.steps == [33.0]
+
+
+def test_static_holds_the_sandbox_for_the_whole_trajectory_and_the_wait_counts() -> None:
+    result = simulate(workload_from_dict(_two_trajectories()), "static")
+    # A: lease at 0, cold setup 4 + start 1 -> ready 5; runs 15..20 and 30..35.
+    #    First ACT counts the 5 s it waited for its sandbox: 20 - (15 - 5) = 10.
+    # B: waits for A's sandbox until 35, warm: start 1 -> ready 36; runs 46..51, 61..66.
+    #    First ACT: 51 - (46 - 36) = 41. Step ends at 66 + 3.
+    assert sorted(result.acts) == [5.0, 5.0, 10.0, 41.0]
+    assert result.steps == [69.0]
+    # The sandbox is held while the LLM thinks: 0..35 and 35..66.
+    assert result.busy["cpu"] == pytest.approx(66.0)
+
+
+def test_fifo_binds_per_action_and_pays_the_start_per_action() -> None:
+    result = simulate(workload_from_dict(_two_trajectories()), "fifo")
+    # Both submit at 10. A: cold setup 4 + start 1 + run 5 -> 20 (ACT 10).
+    # B: starts at 20 on the now warm node: 1 + 5 -> 26 (ACT 16).
+    # A: submits 30 -> 36 (ACT 6); B: submits 36, starts when A frees -> 42 (ACT 6).
+    assert sorted(result.acts) == [6.0, 6.0, 10.0, 16.0]
+    assert result.steps == [45.0]
+    assert result.busy["cpu"] == pytest.approx(10 + 6 + 6 + 6)
+
+
+def test_tangram_gives_an_idle_pool_to_an_elastic_action() -> None:
+    raw = _workload()
+    raw["pool"][0]["capacity"] = {"cpu": 40}
+    raw["tasks"][0]["turns"] = 1
+    raw["tasks"][0]["actions"][0].update(
+        setup_s=0,
+        start_s=0,
+        duration_s=8,
+        elasticity={"min_units": 1, "max_units": 4, "parallel_fraction": 1.0},
+    )
+    workload = workload_from_dict(raw)
+    assert simulate(workload, "tangram").acts == [2.0]
+    assert simulate(workload, "fifo").acts == [8.0]
+    assert simulate(workload, "static").acts == [8.0]
+
+
+def _reward_workload(marginal: float) -> Mapping[str, Any]:
+    return _workload(
+        pool=[{"name": "gpu", "count": 1, "capacity": {"gpu": 1}, "executors": ["rm"]}],
+        tasks=[
+            {
+                "name": "r",
+                "steps": 1,
+                "trajectories": 4,
+                "turns": 0,
+                "think_s": 10,
+                "reward": {
+                    "type": "score",
+                    "executor": "rm",
+                    "demand": {"gpu": 1},
+                    "duration_s": 2,
+                    "batch": {"limit": 4, "marginal": marginal},
+                },
+            }
+        ],
+    )
+
+
+def test_reward_calls_coalesce_into_a_batch_when_they_queue() -> None:
+    workload = workload_from_dict(_reward_workload(0.1))
+    tangram = simulate(workload, "tangram")
+    # All four submit at 10 onto one GPU: one batch of 4 runs 2 + 0.1 * 3 * 2 = 2.6 s.
+    assert tangram.acts == pytest.approx([2.6] * 4)
+    fifo = simulate(workload, "fifo")
+    assert sorted(fifo.acts) == pytest.approx([2.0, 4.0, 6.0, 8.0])
+    assert simulate(workload, "tangram-no-batching").acts == pytest.approx(fifo.acts)
+
+
+def test_partitioned_keeps_each_task_on_its_share() -> None:
+    raw = _workload()
+    raw["pool"][0].update(count=2, capacity={"cpu": 4})
+    second = json.loads(json.dumps(raw["tasks"][0]))
+    second["name"] = "u"
+    raw["tasks"].append(second)
+    workload = workload_from_dict(raw)
+    sim = Simulation(workload, "partitioned", keep_records=True)
+    result = sim.run()
+    nodes = {r.type.split(".")[0]: set() for r in result.records}
+    for record in result.records:
+        nodes[record.type.split(".")[0]].add(record.node)
+    assert nodes["t"].isdisjoint(nodes["u"])
+    shared = simulate(workload, "fifo", keep_records=True)
+    assert len({r.node for r in shared.records}) >= 1
+
+
+def test_every_policy_replays_the_same_actions() -> None:
+    workload = load_workload(WORKLOADS / "mixed.yaml")
+    small = workload_from_dict(
+        {
+            "name": "small-mix",
+            "seed": 7,
+            "pool": [
+                {
+                    "name": g.name,
+                    "count": g.count,
+                    "capacity": dict(g.capacity),
+                    "executors": sorted(g.executors),
+                    "gpu_groups": g.gpu_groups,
+                }
+                for g in workload.pool
+            ],
+            "tasks": [
+                {
+                    "name": "m",
+                    "steps": 2,
+                    "trajectories": 20,
+                    "turns": {"dist": "uniform", "low": 1, "high": 4},
+                    "think_s": {"dist": "lognormal", "mean": 5, "cv": 0.5},
+                    "actions": [
+                        {
+                            "type": "py",
+                            "executor": "sandbox",
+                            "demand": {"cpu": 1},
+                            "duration_s": {"dist": "exponential", "mean": 1},
+                        }
+                    ],
+                },
+            ],
+        }
+    )
+    bases = {}
+    for name in ("static", "partitioned", "fifo", "tangram"):
+        result = simulate(small, name, keep_records=True)
+        bases[name] = sorted(round(r.base_s, 9) for r in result.records)
+        assert len(result.steps) == 2
+    assert len({tuple(v) for v in bases.values()}) == 1
+
+
+class _Greedy:
+    """A broken policy: places everything on the first node."""
+
+    name = "greedy"
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        node = snapshot.nodes[0]
+        return Decision(tuple(Placement(a.id, node.id, dict(a.demand)) for a in snapshot.pending))
+
+
+def test_the_simulator_refuses_a_policy_that_overcommits() -> None:
+    with pytest.raises(PolicyError, match="takes"):
+        simulate(workload_from_dict(_two_trajectories()), _Greedy())
+
+
+def test_a_trace_replays_to_the_same_result(tmp_path: Path) -> None:
+    workload = workload_from_dict(_reward_workload(0.1))
+    result = simulate(workload, "tangram", keep_records=True)
+    path = tmp_path / "trace.jsonl"
+    with path.open("w") as handle:
+        assert write_trace(result.records, handle) == 4
+    records = list(read_trace(path))
+    assert replay(records, workload, "tangram").acts == pytest.approx(result.acts)
+    assert sorted(replay(records, workload, "fifo").acts) == pytest.approx([2, 4, 6, 8])
+    with pytest.raises(ValueError, match="static"):
+        replay(records, workload, "static")
+
+
+def test_the_bench_prints_json_for_every_policy() -> None:
+    from bench.policy import main
+
+    out = io.StringIO()
+    path = str(WORKLOADS / "swe.yaml")
+    with redirect_stdout(out):
+        assert main([path, "--seeds", "1", "--format", "json", "--policies", "fifo,tangram"]) == 0
+    report = json.loads(out.getvalue())
+    for name in ("fifo", "tangram"):
+        metrics = report["policies"][name]
+        for key in (
+            "mean_act_s",
+            "p50_act_s",
+            "p95_act_s",
+            "p99_act_s",
+            "mean_step_s",
+            "resource_hours",
+            "utilisation",
+        ):
+            assert key in metrics
+    assert report["ratios"]["tangram_vs_fifo"]["mean_act"] > 1.0
+
+
+@pytest.mark.parametrize("name", ["math", "swe", "rm", "mixed"])
+def test_shipped_workloads_load(name: str) -> None:
+    workload = load_workload(WORKLOADS / f"{name}.yaml")
+    assert workload.tasks and workload.pool
