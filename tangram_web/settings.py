@@ -70,6 +70,16 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A bounded pool per process: hundreds of concurrent long-polls and agent
+    # sockets share a few connections instead of exhausting the server's.
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {
+            "min_size": 1,
+            "max_size": env.int("TANGRAM_DB_POOL_SIZE", default=16),
+            "timeout": 30,
+        }
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
@@ -119,6 +121,12 @@ def _visible_state(request: HttpRequest, action_id: str) -> str | None:
         return None
 
 
+def _in_pool(func: Any) -> Any:
+    """Run a short read on the shared thread pool, not the request's own thread: a
+    waiting request then holds neither a thread nor a database connection."""
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
 async def _wait_until_terminal(action_id: str, seconds: float) -> None:
     """Sleep until the action finishes, woken by the channel layer, polling as a fallback."""
     layer = get_channel_layer()
@@ -126,7 +134,7 @@ async def _wait_until_terminal(action_id: str, seconds: float) -> None:
     group = action_group(action_id)
     await layer.group_add(group, channel)
     deadline = time.monotonic() + seconds
-    state = sync_to_async(selectors.action_state)
+    state = _in_pool(selectors.action_state)
     try:
         while await state(action_id=action_id) not in TERMINAL_STATES:
             remaining = deadline - time.monotonic()
@@ -148,7 +156,7 @@ async def action_detail_view(request: HttpRequest, action_id: str) -> HttpRespon
     except ValueError:
         wait = 0.0
     if wait > 0:
-        state = await sync_to_async(_visible_state)(request, action_id)
+        state = await _in_pool(_visible_state)(request, action_id)
         if state is not None and state not in TERMINAL_STATES:
             await _wait_until_terminal(action_id, wait)
     return await sync_to_async(_detail_view)(request, action_id=action_id)

@@ -88,6 +88,7 @@ def test_long_poll_returns_when_the_result_lands(owner):
     assert body["state"] == "succeeded" and body["stdout"] == "hello\n"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_long_poll_times_out_with_current_state(owner):
     action = ActionFactory(tenant=owner.tenant)
     body = owner.client.get(f"/api/v1/actions/{action.pk}", {"wait": 0.3}).json()
