@@ -213,7 +213,7 @@ class Sandbox:
             if self.settings.use_cgroups
             else None
         )
-        self._bwrap_extra = self._probe_bwrap()
+        self._bwrap_modern = self._probe_bwrap()
         self.isolation = self._describe()
         for warning in self.isolation.warnings:
             log.warning("SANDBOX DEGRADED: %s", warning)
@@ -242,14 +242,14 @@ class Sandbox:
             return self.settings.uid_base + block * UID_BLOCK
         raise RuntimeError(f"all 64 sandbox uid blocks in {self.settings.lock_dir} are taken")
 
-    def _probe_bwrap(self) -> list[str] | None:
-        """The extra bwrap flags this bwrap accepts, or None if bwrap cannot run here."""
+    def _probe_bwrap(self) -> bool | None:
+        """Whether this bwrap takes the modern flags, or None if bwrap cannot run here."""
         if not self.settings.bwrap:
             return None
         uid = self.uid_base
         last_error = ""
-        for extra in (["--disable-userns"], []):
-            argv = self._bwrap_argv(extra, etc=None, work=None, env={}) + ["/usr/bin/true"]
+        for modern in (True, False):
+            argv = self._bwrap_argv(modern, etc=None, work=None, env={}) + ["/usr/bin/true"]
             spec = self._spec(argv, env={}, uid=uid, rlimits={}, cgroup=None, cwd="/")
             try:
                 done = subprocess.run(
@@ -263,14 +263,14 @@ class Sandbox:
                 last_error = str(exc)
                 continue
             if done.returncode == 0:
-                return extra
+                return modern
             last_error = done.stderr.decode(errors="replace").strip()
         log.error("bwrap at %s does not work here: %s", self.settings.bwrap, last_error)
         return None
 
     def _describe(self) -> Isolation:
         warnings = []
-        if self._bwrap_extra is None:
+        if self._bwrap_modern is None:
             warnings.append(
                 "bubblewrap unavailable: sandboxed code runs as a plain process "
                 "with NO filesystem or network isolation"
@@ -289,7 +289,7 @@ class Sandbox:
         if self._cgroups is not None:
             cgroups = f"v{self._cgroups.version}:{','.join(self._cgroups.controllers)}"
         return Isolation(
-            bwrap=self._bwrap_extra is not None,
+            bwrap=self._bwrap_modern is not None,
             cgroups=cgroups,
             uid_per_slot=self._root,
             warnings=tuple(warnings),
@@ -305,10 +305,20 @@ class Sandbox:
     # -- building the command -------------------------------------------------
 
     def _bwrap_argv(
-        self, extra: list[str], *, etc: Path | None, work: Path | None, env: dict[str, str]
+        self,
+        modern: bool,
+        *,
+        etc: Path | None,
+        work: Path | None,
+        env: dict[str, str],
+        tmp_mib: float = 64,
     ) -> list[str]:
+        """bwrap's command line; ``modern`` uses flags of bwrap >= 0.8 (no nested
+        user namespaces, a size-capped /tmp)."""
         assert self.settings.bwrap
-        argv = [self.settings.bwrap, "--unshare-all", "--unshare-user", *extra]
+        argv = [self.settings.bwrap, "--unshare-all", "--unshare-user"]
+        if modern:
+            argv.append("--disable-userns")
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
         argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         argv += ["--ro-bind", "/usr", "/usr"]
@@ -318,7 +328,11 @@ class Sandbox:
                 argv += ["--symlink", os.readlink(host), f"/{top}"]
             elif host.is_dir():
                 argv += ["--ro-bind", str(host), f"/{top}"]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        if modern:
+            # Without a memory cgroup nothing else would stop /tmp filling RAM.
+            argv += ["--size", str(int(tmp_mib * 1024 * 1024))]
+        argv += ["--tmpfs", "/tmp"]
         if etc is not None:
             argv += ["--ro-bind", str(etc), "/etc"]
         for host_path, sandbox_path in self.settings.extra_binds:
@@ -403,7 +417,7 @@ class Sandbox:
                 os.chown(dirpath, uid, uid)
                 for name in dirnames + filenames:
                     os.chown(os.path.join(dirpath, name), uid, uid)
-        if self._bwrap_extra is not None:
+        if self._bwrap_modern is not None:
             etc = run_dir / "etc"
             etc.mkdir(mode=0o755)
             (etc / "passwd").write_text(
@@ -459,9 +473,11 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         interpreter = settings.python if language == "python" else settings.bash
-        if self._bwrap_extra is not None:
+        if self._bwrap_modern is not None:
             env["HOME"] = SANDBOX_DIR
-            argv = self._bwrap_argv(self._bwrap_extra, etc=run_dir / "etc", work=work, env=env)
+            argv = self._bwrap_argv(
+                self._bwrap_modern, etc=run_dir / "etc", work=work, env=env, tmp_mib=memory_mib
+            )
             argv += [interpreter, main_name, *payload.args]
             spec = self._spec(
                 argv,

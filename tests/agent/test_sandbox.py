@@ -329,6 +329,16 @@ def test_without_cgroups_memory_and_processes_fall_back_to_rlimits(
         forks = run(box, make_assignment(":(){ :|:& };:; wait", type="sandbox.bash", timeout_s=3))
         assert forks.state in ("succeeded", "failed", "timed_out")
         assert sandbox_processes(box) == []
+        fill_tmp = (
+            "try:\n"
+            "    with open('/tmp/big', 'wb') as f:\n"
+            "        for _ in range(64):\n"
+            "            f.write(bytes(4 * 1024 * 1024))\n"
+            "except OSError as exc:\n"
+            "    print('stopped', exc.errno)\n"
+        )
+        filled = run(box, make_assignment(fill_tmp, memory=128))
+        assert filled.stdout == "stopped 28\n", filled  # ENOSPC: /tmp is capped too
         assert run(box, make_assignment("print('alive')")).stdout == "alive\n"
     finally:
         box.close()
