@@ -72,8 +72,10 @@ class SandboxSettings:
     slots: int = 64
     #: First uid of the blocks of ``UID_BLOCK`` uids that agents claim.
     uid_base: int = 60000
-    #: Where agents on this host lock their uid blocks.
-    lock_dir: Path = Path(tempfile.gettempdir()) / "tangram-agent-locks"
+    #: Where agents of one user on this host lock their blocks (uids and run dirs).
+    lock_dir: Path = field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / f"tangram-agent-locks-{os.geteuid()}"
+    )
     pids_max: int = 256
     default_memory_mib: float = 512.0
     default_cpus: float = 1.0
@@ -200,14 +202,20 @@ class Sandbox:
         self._root = os.geteuid() == 0
         if not 1 <= self.settings.slots <= UID_BLOCK:
             raise ValueError(f"sandbox slots must be between 1 and {UID_BLOCK}")
-        self._uid_lock: int | None = None
-        self.uid_base = self._claim_uid_block() if self._root else None
+        self._block_lock: int | None = None
+        block = self._claim_block()
+        self.uid_base = self.settings.uid_base + block * UID_BLOCK if self._root else None
         self.work_root = self.settings.work_root
-        self.work_root.mkdir(parents=True, exist_ok=True)
-        # Slot uids must traverse it to reach their run dir; nobody may list it.
-        os.chmod(self.work_root, 0o711)
+        # Run dirs live under the claimed block: whatever is there was left by
+        # a dead agent (we hold the lock), so it can be wiped safely.
+        self.run_root = self.work_root / f"block-{block}"
+        shutil.rmtree(self.run_root, ignore_errors=True)
+        self.run_root.mkdir(parents=True)
+        # Slot uids must traverse these to reach their run dir; nobody may list them.
+        for path in (self.work_root, self.run_root):
+            os.chmod(path, 0o711)
         if self._root:
-            _check_traversable(self.work_root)
+            _check_traversable(self.run_root)
         self._cgroups = (
             CgroupManager.probe(parent=self.settings.cgroup_parent)
             if self.settings.use_cgroups
@@ -218,18 +226,18 @@ class Sandbox:
         for warning in self.isolation.warnings:
             log.warning("SANDBOX DEGRADED: %s", warning)
         log.info(
-            "sandbox: bwrap=%s cgroups=%s uid_per_slot=%s work_root=%s",
+            "sandbox: bwrap=%s cgroups=%s uid_per_slot=%s run_root=%s",
             self.isolation.bwrap,
             self.isolation.cgroups,
             self.isolation.uid_per_slot,
-            self.work_root,
+            self.run_root,
         )
         self._free_slots: asyncio.Queue[int] = asyncio.Queue()
         for slot in range(self.settings.slots):
             self._free_slots.put_nowait(slot)
 
-    def _claim_uid_block(self) -> int:
-        """Lock the first free block of uids on this host, for this Sandbox's life."""
+    def _claim_block(self) -> int:
+        """Lock the first free block (of uids and run dirs) on this host, for our life."""
         self.settings.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for block in range(64):
             fd = os.open(self.settings.lock_dir / f"uids-{block}.lock", os.O_RDWR | os.O_CREAT)
@@ -238,9 +246,9 @@ class Sandbox:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            self._uid_lock = fd
-            return self.settings.uid_base + block * UID_BLOCK
-        raise RuntimeError(f"all 64 sandbox uid blocks in {self.settings.lock_dir} are taken")
+            self._block_lock = fd
+            return block
+        raise RuntimeError(f"all 64 sandbox blocks in {self.settings.lock_dir} are taken")
 
     def _probe_bwrap(self) -> bool | None:
         """Whether this bwrap takes the modern flags, or None if bwrap cannot run here."""
@@ -298,9 +306,11 @@ class Sandbox:
     def close(self) -> None:
         if self._cgroups is not None:
             self._cgroups.close()
-        if self._uid_lock is not None:
-            os.close(self._uid_lock)
-            self._uid_lock = None
+        with contextlib.suppress(OSError):
+            self.run_root.rmdir()
+        if self._block_lock is not None:
+            os.close(self._block_lock)
+            self._block_lock = None
 
     # -- building the command -------------------------------------------------
 
@@ -447,7 +457,7 @@ class Sandbox:
         run_name = "-".join(
             (_safe_name(str(assignment["id"])), str(assignment["attempt"]), secrets.token_hex(4))
         )
-        run_dir = self.work_root / run_name
+        run_dir = self.run_root / run_name
         cgroup: RunCgroup | None = None
         try:
             work = self._prepare(run_dir, payload, main_name, uid)

@@ -138,7 +138,7 @@ for path in ("/usr/owned", "/owned", "/etc/owned", "/sandbox/ok", "/tmp/ok"):
     assert "/sandbox/ok writable" in lines
     assert "/tmp/ok writable" in lines
     # The work dir is gone after the run.
-    assert list(sandbox.work_root.iterdir()) == []
+    assert list(sandbox.run_root.iterdir()) == []
 
 
 def test_agent_environment_is_not_visible(
@@ -230,7 +230,7 @@ def test_cancellation_kills_the_run_and_cleans_up(sandbox: Sandbox) -> None:
 
     asyncio.run(cancel_midway())
     assert sandbox_processes(sandbox) == []
-    assert list(sandbox.work_root.iterdir()) == []
+    assert list(sandbox.run_root.iterdir()) == []
 
 
 def test_output_is_capped_with_truncation_flags(sandbox_settings: SandboxSettings) -> None:
@@ -290,7 +290,7 @@ def test_concurrent_runs_use_separate_slots(sandbox: Sandbox) -> None:
     assert [o.state for o in outcomes] == ["succeeded"] * 6
     # Each run sees only its own fresh work dir.
     assert all(o.stdout == "['main.py']\n" for o in outcomes)
-    assert os.listdir(sandbox.work_root) == []
+    assert os.listdir(sandbox.run_root) == []
 
 
 def test_without_bwrap_it_degrades_loudly_but_still_limits_and_kills(
@@ -355,3 +355,17 @@ def test_two_sandboxes_on_one_host_never_share_uids(
         assert outcome.state == "succeeded", outcome
     finally:
         other.close()
+
+
+def test_run_dirs_left_by_a_dead_agent_are_wiped(sandbox_settings: SandboxSettings) -> None:
+    first = Sandbox(sandbox_settings)
+    leftover = first.run_root / "act-9-1-deadbeef"
+    leftover.mkdir()
+    (leftover / "main.py").write_text("print('old')")
+    first.close()  # as if the agent died: its block is free again
+    second = Sandbox(sandbox_settings)
+    try:
+        assert second.run_root == first.run_root
+        assert not leftover.exists()
+    finally:
+        second.close()
