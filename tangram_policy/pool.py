@@ -43,7 +43,7 @@ def _fits(demand: Resources, free: Mapping[str, float]) -> bool:
 class Pool:
     def __init__(self, snapshot: Snapshot, *, topology: bool = True) -> None:
         self.topology = topology
-        self._by_type: dict[str, list[str]] | None = None
+        self._by_type: dict[str, list[str]] = {}
         self._indexes: dict[IndexKey, list[tuple[float, str]]] = {}
         self._node_indexes: dict[str, list[IndexKey]] = {}
         self.nodes: dict[str, Node] = {node.id: node for node in snapshot.nodes}
@@ -190,6 +190,14 @@ class Pool:
     def dominant_share(self, tenant: str) -> float:
         return self.shares.get(tenant, 0.0)
 
+    def unused(self, kind: str) -> float:
+        """Pool-wide room of ``kind``: capacity less every tenant's usage.
+
+        Unlike ``total_free`` it is exact also when ``nodes`` lists only some nodes.
+        """
+        used = sum(usage.get(kind, 0.0) for usage in self.usage.values())
+        return self.total.get(kind, 0.0) - used
+
     # -- placement --------------------------------------------------------
 
     def _index(
@@ -198,13 +206,13 @@ class Pool:
         key = (action_type, affinity, kind)
         index = self._indexes.get(key)
         if index is None:
-            if self._by_type is None:
-                self._by_type = {}
-                for node in self.nodes.values():
-                    for executor in node.executors:
-                        self._by_type.setdefault(executor, []).append(node.id)
+            offering = self._by_type.get(action_type)
+            if offering is None:
+                offering = self._by_type[action_type] = [
+                    node.id for node in self.nodes.values() if action_type in node.executors
+                ]
             index = []
-            for node_id in self._by_type.get(action_type, ()):
+            for node_id in offering:
                 if affinity and not affinity <= self.nodes[node_id].warm:
                     continue
                 index.append((self.free[node_id].get(kind, 0.0), node_id))

@@ -373,7 +373,7 @@ class _Round:
         for kind, total in pool.total.items():
             if total <= 0 or kind in self.contended or kind in self.reserved_all:
                 continue
-            budget[kind] = pool.total_free.get(kind, 0.0) - config.headroom * total
+            budget[kind] = pool.unused(kind) - config.headroom * total
             threshold[kind] = self._threshold(kind)
         heap: list[tuple[float, int]] = []
         for position, placed in enumerate(self.placed):
@@ -422,7 +422,7 @@ class _Round:
         soon need it.
         """
         total = self.pool.total.get(kind, 0.0)
-        load = 1.0 - self.pool.total_free.get(kind, 0.0) / total if total > 0 else 1.0
+        load = 1.0 - self.pool.unused(kind) / total if total > 0 else 1.0
         load = min(max(load, 0.0), 0.99)
         return self.config.min_gain * load / (1.0 - load)
 

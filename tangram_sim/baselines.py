@@ -36,6 +36,8 @@ class SimNodeSpec:
     executors: frozenset[str]
     gpu_groups: tuple[tuple[str, ...], ...] = ()
     warm_slots: int = 4
+    #: The node group (or partition) it belongs to: nodes of a group are alike.
+    group: str = ""
 
 
 def _gpu_groups(node_id: str, gpus: int, groups: int) -> tuple[tuple[str, ...], ...]:
@@ -171,4 +173,5 @@ def _spec(
         executors=executors,
         gpu_groups=_gpu_groups(node_id, int(capacity.get("gpu", 0)), group.gpu_groups),
         warm_slots=group.warm_slots,
+        group=f"{group.name}:{','.join(sorted(executors))}:{sorted(capacity.items())}",
     )

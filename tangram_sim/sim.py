@@ -23,7 +23,7 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,8 @@ from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
 from tangram_sim.workload import ActionType, Task, Workload
 
 BASELINES = ("static", "partitioned")
+#: Above this many nodes with room, a round sees only the nodes it could use.
+FULL_VIEW_NODES = 512
 
 
 class PolicyError(RuntimeError):
@@ -61,10 +63,16 @@ class _Node:
         "gpu_groups",
         "gpu_free",
         "view",
+        "group",
+        "order",
+        "idle",
     )
 
-    def __init__(self, spec: SimNodeSpec) -> None:
+    def __init__(self, spec: SimNodeSpec, order: int) -> None:
         self.id = spec.id
+        self.group = spec.group
+        self.order = order
+        self.idle = True
         self.executors = spec.executors
         self.capacity = dict(spec.capacity)
         self.free = dict(spec.capacity)
@@ -263,7 +271,7 @@ class Simulation:
         else:
             self.policy = policy
         specs = build_nodes(workload, name)
-        self.nodes = {spec.id: _Node(spec) for spec in specs}
+        self.nodes = {spec.id: _Node(spec, order) for order, spec in enumerate(specs)}
         self.capacity: dict[str, float] = {}
         for node in self.nodes.values():
             for kind, amount in node.capacity.items():
@@ -284,6 +292,15 @@ class Simulation:
         self._round_at: float | None = None
         self._ids = 0
         self._room: set[str] = {n.id for n in self.nodes.values() if n.has_room()}
+        #: Nodes with room that run something; idle nodes by group and by warm key.
+        self._partial: set[str] = set()
+        self._idle: dict[str, list[tuple[int, str]]] = {}
+        self._idle_warm: dict[str, list[tuple[int, str]]] = {}
+        self._groups_of_type: dict[str, set[str]] = {}
+        for node in self.nodes.values():
+            self._idle.setdefault(node.group, []).append((node.order, node.id))
+            for executor in node.executors:
+                self._groups_of_type.setdefault(executor, set()).add(node.group)
         self._makespan = 0.0
         self._runs: list[_TaskRun] = []
         if arrivals is not None:
@@ -477,11 +494,12 @@ class Simulation:
             return
         self.rounds += 1
         types = {a.type.id for a in self.pending.values()}
-        nodes = tuple(
-            node.node_view()
-            for node_id in sorted(self._room)
-            if not types.isdisjoint((node := self.nodes[node_id]).executors)
-        )
+        if len(self._room) > FULL_VIEW_NODES:
+            chosen = self._candidates(types)
+        else:
+            chosen = [self.nodes[node_id] for node_id in self._room]
+        chosen.sort(key=lambda n: n.order)
+        nodes = tuple(node.node_view() for node in chosen if not types.isdisjoint(node.executors))
         if not nodes:
             return
         running = tuple(
@@ -507,6 +525,69 @@ class Simulation:
             batches.setdefault(key, []).append((action, placement))
         for members in batches.values():
             self._start(members)
+
+    def _candidates(self, types: set[str]) -> list[_Node]:
+        """The nodes a round needs on a large pool: every partly used node with room,
+        idle nodes warm for pending affinities, then idle nodes (alike within a group)
+        until they hold twice what the pending actions could use at their most units."""
+        chosen: dict[str, _Node] = {}
+        for node_id in self._partial:
+            node = self.nodes[node_id]
+            if not types.isdisjoint(node.executors):
+                chosen[node_id] = node
+        need: dict[str, float] = {}
+        warm_wanted: dict[str, int] = {}
+        for action in self.pending.values():
+            t = action.type
+            kind = "gpu" if t.demand.get("gpu") else "cpu"
+            amount = t.demand.get(kind, 1.0) * max(t.elasticity.max_units, 1)
+            for group in self._groups_of_type.get(t.id, ()):
+                need[group] = need.get(group, 0.0) + amount
+            for key in t.affinity:
+                warm_wanted[key] = warm_wanted.get(key, 0) + 1
+        for key, count in warm_wanted.items():
+            for node in self._take_idle(self._idle_warm.get(key, []), count, key):
+                chosen[node.id] = node
+        have: dict[str, float] = {}
+        for node in chosen.values():
+            free = node.free.get("gpu", 0.0) or node.free.get("cpu", 0.0)
+            have[node.group] = have.get(node.group, 0.0) + free
+        for group, amount in need.items():
+            heap = self._idle.get(group, [])
+            while have.get(group, 0.0) < 2.0 * amount:
+                taken = self._take_idle(heap, 1, None, skip=chosen)
+                if not taken:
+                    break
+                node = taken[0]
+                chosen[node.id] = node
+                have[group] = have.get(group, 0.0) + (
+                    node.free.get("gpu", 0.0) or node.free.get("cpu", 0.0) or 1.0
+                )
+        return list(chosen.values())
+
+    def _take_idle(
+        self,
+        heap: list[tuple[int, str]],
+        count: int,
+        warm: str | None,
+        skip: Mapping[str, _Node] | None = None,
+    ) -> list[_Node]:
+        """Up to ``count`` idle nodes from a lazily cleaned heap, lowest order first."""
+        out: list[_Node] = []
+        kept: list[tuple[int, str]] = []
+        seen: set[str] = set()
+        while heap and len(out) < count:
+            entry = heapq.heappop(heap)
+            node = self.nodes[entry[1]]
+            if not node.idle or (warm is not None and warm not in node.warm) or node.id in seen:
+                continue
+            seen.add(node.id)
+            kept.append(entry)
+            if skip is None or node.id not in skip:
+                out.append(node)
+        for entry in kept:
+            heapq.heappush(heap, entry)
+        return out
 
     def _start(self, members: list[tuple[_Action, Placement]]) -> None:
         now = self.now
@@ -582,8 +663,12 @@ class Simulation:
         action.allocation = dict(placement.allocation)
         action.gpus = gpus
         node.view = None
-        if not node.has_room():
+        node.idle = False
+        if node.has_room():
+            self._partial.add(node.id)
+        else:
             self._room.discard(node.id)
+            self._partial.discard(node.id)
 
     def _release(self, action: _Action) -> None:
         node = action.node
@@ -603,6 +688,15 @@ class Simulation:
         action.allocation = {}
         node.view = None
         self._room.add(node.id)
+        if all(abs(node.free.get(k, 0.0) - v) < 1e-6 for k, v in node.capacity.items()):
+            node.idle = True
+            self._partial.discard(node.id)
+            entry = (node.order, node.id)
+            heapq.heappush(self._idle.setdefault(node.group, []), entry)
+            for key in node.warm:
+                heapq.heappush(self._idle_warm.setdefault(key, []), entry)
+        else:
+            self._partial.add(node.id)
         self._wake()
 
     def _finish(self, action: _Action) -> None:
