@@ -11,6 +11,12 @@ from __future__ import annotations
 from tangram_policy.ledger import Ledger, add, fits
 from tangram_policy.types import Decision, PendingAction, Placement, Snapshot
 
+Shape = tuple[str, tuple[tuple[str, float], ...]]
+
+
+def _shape(action: PendingAction) -> Shape:
+    return action.type, tuple(sorted(action.demand.items()))
+
 
 class FifoPolicy:
     name = "fifo"
@@ -20,25 +26,48 @@ class FifoPolicy:
         queue = sorted(snapshot.pending, key=lambda a: (-a.priority, a.submitted_at, a.id))
         placements: list[Placement] = []
         borrowers: list[PendingAction] = []
+        # Room only shrinks within a round: a (type, demand) that found no node
+        # never will, so later actions of that shape are skipped, not rescanned.
+        # Likewise usage only grows: a (tenant, shape) over its guarantee or limit stays so.
+        no_room: set[Shape] = set()
+        over_guarantee: set[tuple[str, Shape]] = set()
+        over_limit: set[tuple[str, Shape]] = set()
+        shapes: dict[int, Shape] = {}
         for action in queue:
-            if ledger.within_guarantee(action.tenant, action.demand):
-                if not self._place(ledger, action, placements):
+            shape = shapes[id(action)] = _shape(action)
+            if shape in no_room:
+                continue
+            if (action.tenant, shape) not in over_guarantee and ledger.within_guarantee(
+                action.tenant, action.demand
+            ):
+                if not self._place(ledger, action, placements, no_room):
                     borrowers.append(action)
             else:
+                over_guarantee.add((action.tenant, shape))
                 borrowers.append(action)
         for action in borrowers:
+            shape = shapes[id(action)]
+            if shape in no_room or (action.tenant, shape) in over_limit:
+                continue
             if not ledger.within_limit(action.tenant, action.demand):
+                over_limit.add((action.tenant, shape))
                 continue
             reserved = ledger.unlent_guarantee(exclude=action.tenant)
             if reserved and not fits(add(action.demand, reserved), ledger.total_free()):
                 continue
-            self._place(ledger, action, placements)
+            self._place(ledger, action, placements, no_room)
         return Decision(placements=tuple(placements))
 
     @staticmethod
-    def _place(ledger: Ledger, action: PendingAction, placements: list[Placement]) -> bool:
+    def _place(
+        ledger: Ledger,
+        action: PendingAction,
+        placements: list[Placement],
+        no_room: set[Shape],
+    ) -> bool:
         node_id = ledger.best_fit(action.demand, action.type, ledger.nodes)
         if node_id is None:
+            no_room.add(_shape(action))
             return False
         ledger.take(action.tenant, node_id, action.demand)
         placements.append(Placement(action.id, node_id, dict(action.demand)))

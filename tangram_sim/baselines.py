@@ -3,14 +3,18 @@
 - ``static``: each trajectory holds a sandbox (its largest trajectory-bound
   demand, minimum units) from its start to its end, also while the LLM thinks;
   a trajectory that finds none waits (FIFO) and that wait counts in its first
-  action's ACT. Task-bound work (reward GPUs, API quota) runs FIFO on a fixed
-  per-task share of the pool. No elasticity, no batching, no affinity choice.
+  action's ACT. The sandboxes of all tasks share the sandbox nodes first come,
+  first served (kinder to ``static`` than a pool per task). Task-bound work
+  (reward GPUs, API quota) runs FIFO on a fixed per-task share of the pool; on
+  a node group that also hosts sandboxes, the sandboxes get a share too, by
+  what static provisioning holds (trajectories x sandbox x expected life).
+  No elasticity, no batching, no affinity choice.
 - ``partitioned``: action-level FIFO queues, but each task only on its own
   fixed share of every node group it uses; minimum units.
 - ``fifo``: one shared action-level FIFO queue (``tangram_policy.fifo``).
 - ``tangram`` and its ablations: ``tangram_policy.registry``.
 
-Shares are proportional to each task's expected demand on the group (actions
+Shares are proportional to each party's expected demand on the group (actions
 per step x mean duration x primary demand). A group with at least as many
 nodes as tasks is split by whole nodes (largest remainder, at least one each);
 otherwise every node's capacity is split (GPUs whole).
@@ -96,71 +100,88 @@ def _shares(weights: dict[str, float], count: int, minimum: int) -> dict[str, in
     return out
 
 
+def _sandbox_load(task: Task, types: list[ActionType]) -> float:
+    """What ``static`` provisions for a task's sandboxes: one per trajectory, held
+    for the trajectory's expected life (think time and actions, turn after turn)."""
+    bound = [a for a in types if a.binding == "trajectory"]
+    if not bound:
+        return 0.0
+    turns = task.turns.expected() if task.actions else 0.0
+    total_weight = sum(a.weight for a in task.actions) or 1.0
+    action_s = sum(a.weight * a.duration_s.expected() for a in task.actions) / total_weight
+    life_s = turns * (task.think_s.expected() + action_s)
+    if task.reward is not None:
+        life_s += task.reward.duration_s.expected()
+    demand = max(max(a.demand.get(primary_kind(a.demand), 0.0) for a in bound), 1e-3)
+    return task.trajectories * demand * max(life_s, 1e-3)
+
+
+def _parties(
+    workload: Workload, group: NodeGroup, policy: str
+) -> dict[str, tuple[frozenset[str], float]]:
+    """Who gets a fixed share of ``group``: party -> (executors, weight)."""
+    users: dict[str, tuple[Task, list[ActionType]]] = {}
+    for task in workload.tasks:
+        types = [a for a in _task_types(task) if a.executor in group.executors]
+        if types:
+            users[task.name] = (task, types)
+    if policy == "partitioned":
+        return {
+            name: (frozenset(a.id for a in types), _expected_load(task, group, types))
+            for name, (task, types) in users.items()
+        }
+    if policy != "static":
+        return {"": (frozenset(a.id for _, types in users.values() for a in types), 1.0)}
+    # static: the sandboxes of all tasks share one part (first come, first served);
+    # each task's task-bound work (reward GPUs, API quota) has its own part.
+    parties: dict[str, tuple[frozenset[str], float]] = {}
+    sandbox_types: set[str] = set()
+    sandbox_weight = 0.0
+    for name, (task, types) in users.items():
+        bound = [a for a in types if a.binding == "trajectory"]
+        if bound:
+            sandbox_types |= {a.id for a in bound} | {f"{name}.{LEASE_SUFFIX}"}
+            sandbox_weight += _sandbox_load(task, types)
+        own = [a for a in types if a.binding == "task"]
+        if own:
+            parties[name] = (frozenset(a.id for a in own), _expected_load(task, group, own))
+    if sandbox_types:
+        parties["sandboxes"] = (frozenset(sandbox_types), sandbox_weight)
+    return parties
+
+
 def build_nodes(workload: Workload, policy: str) -> list[SimNodeSpec]:
-    partition_all = policy == "partitioned"
-    static = policy == "static"
     specs: list[SimNodeSpec] = []
     for group in workload.pool:
         nodes = _group_nodes(group)
-        users: dict[str, list[ActionType]] = {}
-        for task in workload.tasks:
-            types = [a for a in _task_types(task) if a.executor in group.executors]
-            if types:
-                users[task.name] = types
-        bindings = {a.binding for types in users.values() for a in types}
-        if static and len(bindings) > 1:
-            raise ValueError(
-                f"static: node group {group.name!r} runs both sandboxes and task-bound work; "
-                "give task-bound executors (reward, api) their own node group"
-            )
-        split = partition_all or (
-            static and any(a.binding == "task" for types in users.values() for a in types)
-        )
-        if not split or len(users) <= 1:
-            executors = frozenset(a.id for types in users.values() for a in types)
-            if static:
-                executors |= {
-                    f"{task}.{LEASE_SUFFIX}"
-                    for task, types in users.items()
-                    if any(a.binding == "trajectory" for a in types)
-                }
+        parties = _parties(workload, group, policy)
+        if len(parties) <= 1:
+            executors = next(iter(parties.values()))[0] if parties else frozenset()
             for node_id, capacity in nodes:
                 specs.append(_spec(node_id, capacity, executors, group))
             continue
-        tasks_by_name = {t.name: t for t in workload.tasks}
-        weights = {
-            name: _expected_load(tasks_by_name[name], group, types) for name, types in users.items()
-        }
-
-        def executors_of(name: str, types: list[ActionType]) -> frozenset[str]:
-            ids = {a.id for a in types}
-            if static and any(a.binding == "trajectory" for a in types):
-                ids.add(f"{name}.{LEASE_SUFFIX}")
-            return frozenset(ids)
-
-        if len(nodes) >= len(users):
+        weights = {name: weight for name, (_, weight) in parties.items()}
+        if len(nodes) >= len(parties):
             counts = _shares(weights, len(nodes), 1)
             position = 0
-            for name in sorted(users):
+            for name in sorted(parties):
                 for node_id, capacity in nodes[position : position + counts[name]]:
-                    specs.append(_spec(node_id, capacity, executors_of(name, users[name]), group))
+                    specs.append(_spec(node_id, capacity, parties[name][0], group))
                 position += counts[name]
             continue
+        total = sum(weights.values()) or 1.0
         for node_id, capacity in nodes:
-            parts: dict[str, dict[str, float]] = {name: {} for name in users}
+            parts: dict[str, dict[str, float]] = {name: {} for name in parties}
             for kind, amount in capacity.items():
                 if kind == "gpu" or kind.startswith("api:"):
                     whole = _shares(weights, int(amount), 0)
-                    for name in users:
+                    for name in parties:
                         parts[name][kind] = float(whole[name])
                 else:
-                    total = sum(weights.values()) or 1.0
-                    for name in users:
+                    for name in parties:
                         parts[name][kind] = amount * weights[name] / total
-            for name in sorted(users):
-                specs.append(
-                    _spec(f"{node_id}/{name}", parts[name], executors_of(name, users[name]), group)
-                )
+            for name in sorted(parties):
+                specs.append(_spec(f"{node_id}/{name}", parts[name], parties[name][0], group))
     return specs
 
 
