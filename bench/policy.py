@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from tangram_policy.registry import ABLATIONS
-from tangram_sim.sim import SimResult, _quantile, simulate
+from tangram_sim.sim import SimResult, Simulation, quantile, simulate
 from tangram_sim.workload import Workload, load_workload
 
 BASELINES = ("static", "partitioned", "fifo")
@@ -39,9 +39,9 @@ def aggregate(results: list[SimResult]) -> dict[str, Any]:
 
     return {
         "mean_act_s": sum(acts) / len(acts) if acts else 0.0,
-        "p50_act_s": _quantile(acts, 0.50),
-        "p95_act_s": _quantile(acts, 0.95),
-        "p99_act_s": _quantile(acts, 0.99),
+        "p50_act_s": quantile(acts, 0.50),
+        "p95_act_s": quantile(acts, 0.95),
+        "p99_act_s": quantile(acts, 0.99),
         "mean_step_s": sum(steps) / len(steps) if steps else 0.0,
         "resource_hours": {k: mean_of("resource_hours", k) for k in kinds},
         "busy_hours": {k: mean_of("busy_hours", k) for k in kinds},
@@ -95,8 +95,26 @@ def run_policies(
     return out
 
 
-def mean_step(workload: Workload, policy: str, seeds: list[int]) -> float:
-    steps = [s for seed in seeds for s in simulate(workload.with_seed(seed), policy).steps]
+def mean_step(
+    workload: Workload, policy: str, seeds: list[int], give_up_above_s: float | None = None
+) -> float:
+    """Mean step time over the seeds; ``inf`` once it surely exceeds ``give_up_above_s``.
+
+    A mean at most T over n steps means no task's steps sum past n x T, so a run
+    whose simulated time passes that (plus the latest task start) can stop.
+    """
+    limit = None
+    if give_up_above_s is not None:
+        steps_per_seed = sum(task.steps for task in workload.tasks)
+        latest = max((task.start_s for task in workload.tasks), default=0.0)
+        limit = give_up_above_s * steps_per_seed + latest
+    steps: list[float] = []
+    for seed in seeds:
+        simulation = Simulation(workload.with_seed(seed), policy, time_limit_s=limit)
+        result = simulation.run()
+        if simulation.truncated:
+            return float("inf")
+        steps += result.steps
     return sum(steps) / len(steps)
 
 
@@ -113,7 +131,7 @@ def savings(
     for _ in range(iterations):
         middle = (low + high) / 2.0
         try:
-            step = mean_step(workload.scaled(middle), "tangram", seeds)
+            step = mean_step(workload.scaled(middle), "tangram", seeds, give_up_above_s=target_s)
         except (RuntimeError, ValueError):
             step = float("inf")
         probes.append({"scale": middle, "mean_step_s": step})

@@ -393,7 +393,9 @@ class _Round:
             extra = {kind: unit}
             if pool.free[placed.node_id].get(kind, 0.0) + 1e-9 < unit:
                 continue
-            if not pool.within_limit(action.tenant, extra):
+            if not pool.within_limit(action.tenant, extra) or not (
+                pool.leaves_unlent_guarantees(action.tenant, extra)
+            ):
                 continue
             gpus: tuple[str, ...] = ()
             if kind == "gpu" and placed.node_id in pool.gpu_free:

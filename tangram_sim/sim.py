@@ -227,9 +227,9 @@ class SimResult:
         main = [u for k, u in utilisation.items() if k != "memory" and k != "gpu_memory"]
         return {
             "mean_act_s": sum(acts) / len(acts) if acts else 0.0,
-            "p50_act_s": _quantile(acts, 0.50),
-            "p95_act_s": _quantile(acts, 0.95),
-            "p99_act_s": _quantile(acts, 0.99),
+            "p50_act_s": quantile(acts, 0.50),
+            "p95_act_s": quantile(acts, 0.95),
+            "p99_act_s": quantile(acts, 0.99),
             "mean_step_s": sum(self.steps) / len(self.steps) if self.steps else 0.0,
             "makespan_s": self.makespan_s,
             "resource_hours": resource_hours,
@@ -242,7 +242,7 @@ class SimResult:
         }
 
 
-def _quantile(ordered: list[float], q: float) -> float:
+def quantile(ordered: list[float], q: float) -> float:
     if not ordered:
         return 0.0
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
@@ -261,8 +261,12 @@ class Simulation:
         keep_records: bool = False,
         on_record: Callable[[ActionRecord], None] | None = None,
         arrivals: Iterable[Arrival] | None = None,
+        time_limit_s: float | None = None,
     ) -> None:
         self.workload = workload
+        #: Stop (``truncated``) once simulated time passes this.
+        self.time_limit_s = time_limit_s
+        self.truncated = False
         name = policy if isinstance(policy, str) else policy.name
         self.policy_name = name
         self.static = name == "static"
@@ -345,6 +349,9 @@ class Simulation:
         events = self._events
         while events:
             at, kind, _, payload = heapq.heappop(events)
+            if self.time_limit_s is not None and at > self.time_limit_s:
+                self.truncated = True
+                break
             self.now = at
             if kind == _FINISH:
                 self._finish(payload)
@@ -359,7 +366,7 @@ class Simulation:
             elif kind == _ROUND and self._round_at == payload:
                 self._round_at = None
                 self._round()
-        if self.pending:
+        if self.pending and not self.truncated:
             raise PolicyError(
                 f"{self.policy_name}: {len(self.pending)} actions never placed "
                 f"(first: {next(iter(self.pending))})"

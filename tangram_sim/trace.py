@@ -63,3 +63,46 @@ def replay(records: Iterable[ActionRecord], workload: Workload, policy: str | Po
     arrivals = [Arrival(r.submitted, r.type, r.tenant, r.base_s, r.id) for r in records]
     arrivals.sort(key=lambda a: (a.at, a.id))
     return Simulation(workload, policy, keep_records=True, arrivals=arrivals).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``record`` a simulated run to JSONL, or ``replay`` a trace through policies."""
+    import argparse
+    import sys
+
+    from tangram_sim.sim import simulate
+    from tangram_sim.workload import load_workload
+
+    parser = argparse.ArgumentParser(prog="python -m tangram_sim.trace", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    record = commands.add_parser("record", help="simulate and write every action as JSONL")
+    record.add_argument("workload")
+    record.add_argument("out")
+    record.add_argument("--policy", default="tangram")
+    record.add_argument("--seed", type=int, default=None)
+    play = commands.add_parser("replay", help="replay a JSONL trace through policies")
+    play.add_argument("workload")
+    play.add_argument("trace")
+    play.add_argument("--policies", default="partitioned,fifo,tangram")
+    args = parser.parse_args(argv)
+    workload = load_workload(args.workload)
+    if args.command == "record":
+        if args.seed is not None:
+            workload = workload.with_seed(args.seed)
+        result = simulate(workload, args.policy, keep_records=True)
+        with open(args.out, "w", encoding="utf-8") as out:
+            count = write_trace(result.records, out)
+        print(f"{count} actions written to {args.out}")
+        return 0
+    records = list(read_trace(args.trace))
+    for name in args.policies.split(","):
+        summary = replay(records, workload, name).summary()
+        sys.stdout.write(
+            f"{name:<24} mean ACT {summary['mean_act_s']:8.2f}s  p99 {summary['p99_act_s']:8.2f}s"
+            f"  {summary['actions']} actions\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

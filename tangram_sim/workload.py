@@ -214,6 +214,7 @@ def workload_from_dict(raw: Mapping[str, Any]) -> Workload:
                 start_s=float(t.get("start_s", 0.0)),
             )
         )
+    _validate(pool, tasks)
     return Workload(
         name=str(raw.get("name", "workload")),
         seed=int(raw.get("seed", 1)),
@@ -222,6 +223,30 @@ def workload_from_dict(raw: Mapping[str, Any]) -> Workload:
         tasks=tuple(tasks),
         round_interval_s=float((raw.get("sim") or {}).get("round_interval_s", 0.0)),
     )
+
+
+def _validate(pool: tuple[NodeGroup, ...], tasks: list[Task]) -> None:
+    """Refuse a workload some action of which could never run, naming the field."""
+    for task in tasks:
+        if task.steps < 1 or task.trajectories < 1:
+            raise ValueError(f"tasks.{task.name}: steps and trajectories must be at least 1")
+        for action in (*task.actions, *([task.reward] if task.reward else [])):
+            groups = [g for g in pool if action.executor in g.executors]
+            if not groups:
+                raise ValueError(
+                    f"tasks.{task.name}.{action.id}: no node group runs executor "
+                    f"{action.executor!r}"
+                )
+            if not any(
+                all(amount <= g.capacity.get(kind, 0.0) for kind, amount in action.demand.items())
+                for g in groups
+            ):
+                raise ValueError(f"tasks.{task.name}.{action.id}.demand: larger than every node")
+            for dist in (action.duration_s,):
+                if dist.kind in ("lognormal", "exponential") and dist.mean <= 0:
+                    raise ValueError(f"tasks.{task.name}.{action.id}.duration_s: mean must be > 0")
+                if dist.kind not in ("const", "uniform", "lognormal", "exponential"):
+                    raise ValueError(f"tasks.{task.name}.{action.id}: unknown dist {dist.kind!r}")
 
 
 def load_workload(path: str | Path) -> Workload:
