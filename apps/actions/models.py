@@ -103,3 +103,24 @@ class ActionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action_id} {self.state} at {self.at:%H:%M:%S.%f}"
+
+
+class ActionDurationStat(models.Model):
+    """Observed run time per (tenant, type), updated as actions succeed.
+
+    The policy's duration estimates read this small table every round instead
+    of aggregating the action history.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    type = models.CharField(max_length=64)
+    count = models.PositiveIntegerField(default=0)
+    mean_s = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "type"], name="duration_stat_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.type}: {self.mean_s:.3f}s over {self.count}"

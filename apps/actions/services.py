@@ -18,13 +18,21 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from apps.actions.models import PLACED_STATES, Action, ActionEvent, ActionState
+from apps.actions.models import (
+    PLACED_STATES,
+    Action,
+    ActionDurationStat,
+    ActionEvent,
+    ActionState,
+)
 from apps.core import events
 from apps.core.exceptions import ApplicationError, ConflictError
 from apps.inventory import selectors as inventory_selectors
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import quota_list
 from tangram_agent.protocol import RESULT_STATES, Result
+from tangram_policy.estimate import stat_update
+from tangram_policy.types import DurationStat
 
 logger = logging.getLogger(__name__)
 
@@ -161,10 +169,27 @@ def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
         node_id=node_id,
         at=finished_at,
     )
+    if result["state"] == ActionState.SUCCEEDED:
+        _observe_duration(action_id=result["action"])
     action_id = result["action"]
     transaction.on_commit(lambda: events.action_finished(action_id))
     transaction.on_commit(events.capacity_changed)
     return True
+
+
+def _observe_duration(*, action_id: str) -> None:
+    tenant_id, action_type, started, finished = Action.objects.values_list(
+        "tenant_id", "type", "started_at", "finished_at"
+    ).get(pk=action_id)
+    if started is None or finished is None:
+        return
+    row, _ = ActionDurationStat.objects.get_or_create(tenant_id=tenant_id, type=action_type)
+    row = ActionDurationStat.objects.select_for_update().get(pk=row.pk)
+    stat = stat_update(
+        DurationStat(row.count, row.mean_s) if row.count else None,
+        max((finished - started).total_seconds(), 0.0),
+    )
+    ActionDurationStat.objects.filter(pk=row.pk).update(count=stat.count, mean_s=stat.mean_s)
 
 
 def actions_requeue(*, actions: QuerySet[Action], reason: str) -> int:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F
 from django.utils import timezone
 
-from apps.actions.models import PLACED_STATES, Action, ActionState
+from apps.actions.models import PLACED_STATES, Action, ActionDurationStat, ActionState
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
 from tangram_policy.types import (
@@ -21,7 +18,6 @@ from tangram_policy.types import Node as PolicyNode
 
 #: The policy sees at most this many queued actions per round, highest priority and oldest first.
 MAX_PENDING_PER_ROUND = 10_000
-STATS_WINDOW = timedelta(hours=1)
 
 
 def _quotas() -> dict[str, TenantQuota]:
@@ -44,25 +40,11 @@ def _quotas() -> dict[str, TenantQuota]:
 
 
 def _duration_stats() -> dict[tuple[str, str], DurationStat]:
-    since = timezone.now() - STATS_WINDOW
-    rows = (
-        Action.objects.filter(
-            state=ActionState.SUCCEEDED, finished_at__gte=since, started_at__isnull=False
-        )
-        .values("tenant_id", "type")
-        .annotate(
-            n=Count("id"),
-            mean=Avg(
-                ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
-            ),
-        )
-    )
     return {
-        (str(r["tenant_id"]), r["type"]): DurationStat(
-            count=r["n"], mean_s=r["mean"].total_seconds()
+        (str(tenant_id), action_type): DurationStat(count=count, mean_s=mean_s)
+        for tenant_id, action_type, count, mean_s in ActionDurationStat.objects.values_list(
+            "tenant_id", "type", "count", "mean_s"
         )
-        for r in rows
-        if r["mean"] is not None
     }
 
 

@@ -94,3 +94,15 @@ def test_long_poll_times_out_with_current_state(owner):
     body = owner.client.get(f"/api/v1/actions/{action.pk}", {"wait": 0.3}).json()
     assert body["state"] == "queued"
     assert owner.client.get(f"/api/v1/actions/{action.pk}", {"wait": -1}).status_code == 400
+
+
+def test_success_updates_the_duration_estimate_the_scheduler_reads():
+    from apps.scheduling.selectors import scheduling_snapshot
+
+    action = _placed()
+    action_record_result(
+        node_id=action.node_id, result=_result(action, started_at=1000.0, finished_at=1002.0)
+    )
+    stats = scheduling_snapshot().duration_stats
+    assert stats[(str(action.tenant_id), action.type)].count == 1
+    assert stats[(str(action.tenant_id), action.type)].mean_s == pytest.approx(2.0)
