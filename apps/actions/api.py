@@ -51,11 +51,16 @@ class ActionListCreateApi(APIView):
         bulk = isinstance(request.data, list)
         if not bulk and not isinstance(request.data, dict):
             raise ApplicationError("Send an action object or a list of them.", field="body")
-        if bulk and len(request.data) > settings.TANGRAM_MAX_BULK:
-            raise ApplicationError(
-                f"At most {settings.TANGRAM_MAX_BULK} actions per request.", field="body"
+        serializer = (
+            ActionInputSerializer(
+                data=request.data,
+                many=True,
+                allow_empty=False,
+                max_length=settings.TANGRAM_MAX_BULK,
             )
-        serializer = ActionInputSerializer(data=request.data, many=bulk)
+            if bulk
+            else ActionInputSerializer(data=request.data)
+        )
         serializer.is_valid(raise_exception=True)
         specs = serializer.validated_data if bulk else [serializer.validated_data]
         actions = services.actions_submit(tenant=principal.acting_tenant, specs=specs, bulk=bulk)

@@ -64,12 +64,6 @@ def _check_fits(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) 
 
 @transaction.atomic
 def actions_submit(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) -> list[Action]:
-    if len(specs) > settings.TANGRAM_MAX_BULK:
-        raise ApplicationError(
-            f"At most {settings.TANGRAM_MAX_BULK} actions per request.", field="non_field_errors"
-        )
-    if not specs:
-        raise ApplicationError("Submit at least one action.", field="non_field_errors")
     _check_fits(tenant=tenant, specs=specs, bulk=bulk)
     now = timezone.now()
     actions = [Action(id=uuid.uuid4(), tenant=tenant, submitted_at=now, **spec) for spec in specs]

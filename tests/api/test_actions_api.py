@@ -81,8 +81,16 @@ def test_bulk_error_names_the_item_and_stores_nothing(owner, node):
     assert Action.objects.count() == 0
 
 
-def test_bulk_over_1000_is_refused(owner, node):
-    response = owner.client.post(URL, [PY] * 1001, format="json")
+@pytest.mark.parametrize("count", [0, 1001])
+def test_bulk_of_none_or_over_1000_is_refused(owner, node, count):
+    response = owner.client.post(URL, [PY] * count, format="json")
+    assert response.status_code == 400
+    assert Action.objects.count() == 0
+
+
+def test_body_over_the_upload_limit_is_a_400(owner, settings):
+    body = [{**PY, "payload": {"code": "x" * 900_000}}] * 10
+    response = owner.client.post(URL, body, format="json")
     assert response.status_code == 400
     assert Action.objects.count() == 0
 
