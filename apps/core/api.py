@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
-from rest_framework import exceptions
+from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -35,6 +36,12 @@ def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, RequestDataTooBig):
+        exc = ApplicationError(
+            f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.",
+            field="body",
+            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, ApplicationError):
         errors = {exc.field: [exc.message]} if exc.field else {}
         return Response({"detail": exc.message, "errors": errors}, status=exc.status_code)

@@ -88,10 +88,11 @@ def test_bulk_of_none_or_over_1000_is_refused(owner, node, count):
     assert Action.objects.count() == 0
 
 
-def test_body_over_the_upload_limit_is_a_400(owner, settings):
+def test_body_over_the_upload_limit_is_a_413(owner, settings):
     body = [{**PY, "payload": {"code": "x" * 900_000}}] * 10
     response = owner.client.post(URL, body, format="json")
-    assert response.status_code == 400
+    assert response.status_code == 413
+    assert "body" in response.json()["errors"]
     assert Action.objects.count() == 0
 
 
