@@ -57,6 +57,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         first = next(iter(errors.items()), None)
         detail = f"{first[0]}: {first[1][0]}" if first else "Invalid input."
         response.data = {"detail": detail, "errors": errors}
+    elif isinstance(exc, exceptions.ParseError):
+        response.data = {"detail": str(exc.detail), "errors": {"body": [str(exc.detail)]}}
     elif isinstance(response.data, dict) and "detail" in response.data:
         response.data = {"detail": str(response.data["detail"]), "errors": {}}
     return response

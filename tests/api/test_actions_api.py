@@ -107,7 +107,7 @@ def test_demand_beyond_tenant_limit_is_refused(owner, node):
 def test_malformed_json_is_a_400(owner):
     response = owner.client.post(URL, "{not json", content_type="application/json")
     assert response.status_code == 400
-    assert response.json()["detail"]
+    assert "JSON parse error" in response.json()["errors"]["body"][0]
 
 
 @pytest.mark.parametrize("header", ["Bearer wrong-token-000000", "Token abc", "Bearer "])
