@@ -76,7 +76,8 @@ class _Node:
         self.executors = spec.executors
         self.capacity = dict(spec.capacity)
         self.free = dict(spec.capacity)
-        self.warm: OrderedDict[str, None] = OrderedDict()
+        #: Warm keys (images, models) with the time each is (or will be) ready, LRU order.
+        self.warm: OrderedDict[str, float] = OrderedDict()
         self.warm_slots = spec.warm_slots
         self.gpu_groups = spec.gpu_groups
         self.gpu_free: list[list[str]] = [list(g) for g in spec.gpu_groups]
@@ -616,11 +617,20 @@ class Simulation:
                 runs.append(0.0)
             else:
                 runs.append(action.base_s / speedup(elasticity, placement.units))
-            if action.type.affinity and not action.type.affinity <= node.warm.keys():
-                setup = max(setup, action.type.setup_s)
             start = max(start, action.type.start_s)
+        # A key being pulled or loaded is ready when that setup ends: an action
+        # placed meanwhile waits for the rest of it, not for a new one.
+        pulls: dict[str, float] = {}
+        for action, _ in members:
+            for key in action.type.affinity:
+                if key not in node.warm:
+                    pulls[key] = max(pulls.get(key, 0.0), action.type.setup_s)
         for key in sorted({k for action, _ in members for k in action.type.affinity}):
-            node.warm[key] = None
+            ready = node.warm.get(key)
+            if ready is None:
+                ready = now + pulls[key]
+            setup = max(setup, ready - now)
+            node.warm[key] = ready
             node.warm.move_to_end(key)
             while len(node.warm) > node.warm_slots:
                 node.warm.popitem(last=False)
