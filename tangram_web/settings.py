@@ -8,6 +8,8 @@ from pathlib import Path
 
 import environ
 
+from tangram_policy.registry import POLICIES
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -101,7 +103,11 @@ if TANGRAM_SCHEDULER not in ("inprocess", "celery"):
     raise environ.ImproperlyConfigured("TANGRAM_SCHEDULER must be 'inprocess' or 'celery'")
 if TANGRAM_SCHEDULER == "celery" and not REDIS_URL:
     raise environ.ImproperlyConfigured("TANGRAM_SCHEDULER=celery needs REDIS_URL")
-TANGRAM_POLICY = env.str("TANGRAM_POLICY", default="fifo")
+TANGRAM_POLICY = env.str("TANGRAM_POLICY", default="tangram")
+if TANGRAM_POLICY not in POLICIES:
+    raise environ.ImproperlyConfigured(
+        f"TANGRAM_POLICY={TANGRAM_POLICY!r} is not one of {sorted(POLICIES)}"
+    )
 #: Seconds between safety-net scheduling rounds (and lease checks).
 TANGRAM_TICK_S = env.float("TANGRAM_TICK_S", default=2.0)
 #: An agent silent for this long loses its node's actions back to the queue.
