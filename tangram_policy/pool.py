@@ -19,6 +19,11 @@ from tangram_policy.types import EPSILON, Node, Resources, Snapshot, TenantQuota
 SCAN_LIMIT = 256
 
 IndexKey = tuple[str, frozenset[str], str]
+#: A sorted node index: (free room of its kind, node id).
+Index = list[tuple[float, str]]
+#: What a tenant's guarantee or limit bounds of one demand: (kind, amount, ceiling).
+Caps = tuple[tuple[str, float, float], ...]
+_NO_USAGE: Mapping[str, float] = {}
 
 
 def primary_kind(demand: Resources) -> str:
@@ -33,19 +38,13 @@ def primary_kind(demand: Resources) -> str:
     return "cpu"
 
 
-def _fits(demand: Resources, free: Mapping[str, float]) -> bool:
-    for kind, amount in demand.items():
-        if amount > 0 and amount > free.get(kind, 0.0) + EPSILON:
-            return False
-    return True
-
-
 class Pool:
     def __init__(self, snapshot: Snapshot, *, topology: bool = True) -> None:
         self.topology = topology
         self._by_type: dict[str, list[str]] = {}
-        self._indexes: dict[IndexKey, list[tuple[float, str]]] = {}
-        self._node_indexes: dict[str, list[IndexKey]] = {}
+        self._indexes: dict[IndexKey, Index] = {}
+        #: Per node and kind, the indexes by that kind the node is listed in.
+        self._node_indexes: dict[str, dict[str, list[Index]]] = {}
         self.nodes: dict[str, Node] = {node.id: node for node in snapshot.nodes}
         self.free: dict[str, dict[str, float]] = {}
         self.total_free: dict[str, float] = {}
@@ -69,24 +68,28 @@ class Pool:
 
     def _seed_running(self, snapshot: Snapshot) -> None:
         """Charge running actions: the indexes do not exist yet, so only room and usage."""
+        frees = self.free
         total_free = self.total_free
+        gpu_free = self.gpu_free
+        usages = self.usage
         for running in snapshot.running:
             allocation = running.allocation
-            free = self.free.get(running.node)
-            if free is not None:
-                for kind, amount in allocation.items():
-                    free[kind] = free.get(kind, 0.0) - amount
-                    total_free[kind] = total_free.get(kind, 0.0) - amount
-                groups = self.gpu_free.get(running.node)
-                if groups is not None and allocation.get("gpu", 0.0) > 0:
-                    self._take_gpus(groups, running.gpus, int(round(allocation["gpu"])))
-            usage = self.usage.get(running.tenant)
+            usage = usages.get(running.tenant)
             if usage is None:
-                usage = self.usage[running.tenant] = {}
+                usage = usages[running.tenant] = {}
+            free = frees.get(running.node)
+            if free is None:
+                for kind, amount in allocation.items():
+                    usage[kind] = usage.get(kind, 0.0) + amount
+                continue
             for kind, amount in allocation.items():
+                free[kind] = free.get(kind, 0.0) - amount
+                total_free[kind] = total_free.get(kind, 0.0) - amount
                 usage[kind] = usage.get(kind, 0.0) + amount
+            if gpu_free and running.node in gpu_free and allocation.get("gpu", 0.0) > 0:
+                self._take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
         total = self.total
-        for tenant, usage in self.usage.items():
+        for tenant, usage in usages.items():
             self.shares[tenant] = max(
                 (used / total[kind] for kind, used in usage.items() if total.get(kind, 0.0) > 0),
                 default=0.0,
@@ -99,16 +102,21 @@ class Pool:
     ) -> None:
         free = self.free.get(node_id)
         if free is not None:
-            keys = self._node_indexes.get(node_id)
-            if keys:
-                indexes = self._indexes
-                for key in keys:
-                    amount = allocation.get(key[2])
+            listed = self._node_indexes.get(node_id)
+            if listed:
+                for kind, indexes in listed.items():
+                    amount = allocation.get(kind)
                     if amount:
-                        before = free.get(key[2], 0.0)
-                        index = indexes[key]
-                        del index[bisect_left(index, (before, node_id))]
-                        insort(index, (before - amount, node_id))
+                        before = free.get(kind, 0.0)
+                        old = (before, node_id)
+                        new = (before - amount, node_id)
+                        for index in indexes:
+                            position = bisect_left(index, old)
+                            del index[position]
+                            if amount > 0:  # less room: the node moves towards the front
+                                insort(index, new, 0, position)
+                            else:
+                                insort(index, new)
             total_free = self.total_free
             for kind, amount in allocation.items():
                 free[kind] = free.get(kind, 0.0) - amount
@@ -142,31 +150,39 @@ class Pool:
                 group.pop(0)
                 count -= 1
 
-    def within_guarantee(self, tenant: str, demand: Resources) -> bool:
+    def guarantee_caps(self, tenant: str, demand: Resources) -> Caps | None:
+        """What ``tenant``'s guarantee bounds of ``demand``; None: it never is within it."""
         quota = self.quotas.get(tenant)
         if quota is None:
-            return not any(amount > 0 for amount in demand.values())
+            return None if any(amount > 0 for amount in demand.values()) else ()
         guaranteed = quota.guaranteed
-        usage = self.usage.get(tenant, {})
-        for kind, amount in demand.items():
-            if amount > 0 and usage.get(kind, 0.0) + amount > guaranteed.get(kind, 0.0) + EPSILON:
-                return False
-        return True
+        return tuple(
+            (kind, amount, guaranteed.get(kind, 0.0) + EPSILON)
+            for kind, amount in demand.items()
+            if amount > 0
+        )
+
+    def limit_caps(self, tenant: str, demand: Resources) -> Caps:
+        """What ``tenant``'s limit bounds of ``demand``."""
+        quota = self.quotas.get(tenant)
+        if quota is None:
+            return ()
+        limit = quota.limit
+        return tuple(
+            (kind, amount, limit[kind] + EPSILON)
+            for kind, amount in demand.items()
+            if amount > 0 and kind in limit
+        )
+
+    def within(self, tenant: str, caps: Caps | None) -> bool:
+        """Whether ``tenant``'s usage plus the demand stays under every cap."""
+        if caps is None:
+            return False
+        usage = self.usage.get(tenant, _NO_USAGE)
+        return not any(usage.get(kind, 0.0) + amount > ceiling for kind, amount, ceiling in caps)
 
     def within_limit(self, tenant: str, demand: Resources) -> bool:
-        quota = self.quotas.get(tenant)
-        if quota is None:
-            return True
-        limit = quota.limit
-        usage = self.usage.get(tenant, {})
-        for kind, amount in demand.items():
-            if (
-                amount > 0
-                and kind in limit
-                and usage.get(kind, 0.0) + amount > limit[kind] + EPSILON
-            ):
-                return False
-        return True
+        return self.within(tenant, self.limit_caps(tenant, demand))
 
     def leaves_unlent_guarantees(self, tenant: str, demand: Resources) -> bool:
         """Whether a borrower taking ``demand`` leaves others' non-lent idle guarantee free."""
@@ -200,9 +216,8 @@ class Pool:
 
     # -- placement --------------------------------------------------------
 
-    def _index(
-        self, action_type: str, affinity: frozenset[str], kind: str
-    ) -> list[tuple[float, str]]:
+    def _index(self, action_type: str, affinity: frozenset[str], kind: str) -> Index:
+        """The live index of nodes offering ``action_type``, warm with ``affinity``, by ``kind``."""
         key = (action_type, affinity, kind)
         index = self._indexes.get(key)
         if index is None:
@@ -216,7 +231,7 @@ class Pool:
                 if affinity and not affinity <= self.nodes[node_id].warm:
                     continue
                 index.append((self.free[node_id].get(kind, 0.0), node_id))
-                self._node_indexes.setdefault(node_id, []).append(key)
+                self._node_indexes.setdefault(node_id, {}).setdefault(kind, []).append(index)
             index.sort()
             self._indexes[key] = index
         return index
@@ -236,20 +251,31 @@ class Pool:
         """
         if kind is None:
             kind = primary_kind(demand)
-        index = self._index(action_type, affinity, kind)
-        need = demand.get(kind, 0.0)
+        needs = tuple((k, amount) for k, amount in demand.items() if amount > 0)
         gpus_needed = int(round(demand.get("gpu", 0.0)))
+        index = self._index(action_type, affinity, kind)
+        return self.fit(index, demand.get(kind, 0.0), needs, gpus_needed)
+
+    def fit(
+        self, index: Index, need: float, needs: tuple[tuple[str, float], ...], gpus_needed: int
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """``best_fit`` on an index: ``need`` of its kind, ``needs`` the demand's positive kinds."""
         start = bisect_left(index, (need - EPSILON, ""))
+        frees = self.free
+        gpu_free = self.gpu_free
         for position in range(start, min(start + SCAN_LIMIT, len(index))):
             node_id = index[position][1]
-            if not _fits(demand, self.free[node_id]):
-                continue
-            if gpus_needed and node_id in self.gpu_free:
-                gpus = self.pick_gpus(node_id, gpus_needed)
-                if gpus is None:
-                    continue
-                return node_id, gpus
-            return node_id, ()
+            free = frees[node_id]
+            for kind, amount in needs:
+                if amount > free.get(kind, 0.0) + EPSILON:
+                    break
+            else:
+                if gpus_needed and node_id in gpu_free:
+                    gpus = self.pick_gpus(node_id, gpus_needed)
+                    if gpus is None:
+                        continue
+                    return node_id, gpus
+                return node_id, ()
         return None
 
     def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:

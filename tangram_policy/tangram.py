@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tangram_policy.estimate import duration_at, expected_duration, type_priors
-from tangram_policy.pool import Pool, primary_kind
+from tangram_policy.pool import Index, Pool, primary_kind
 from tangram_policy.types import (
     Decision,
     Elasticity,
@@ -70,35 +70,34 @@ Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...]]
 Entry = tuple[float, str, float, tuple[PendingAction, ...], float]
 
 
-class _Item:
-    """An action, or a batch of actions, as the round places it."""
-
-    __slots__ = ("members", "tenant", "type", "demand", "work_s", "affinity", "waited", "kind")
-
-    def __init__(self, cls: _Class, entry: Entry, now: float) -> None:
-        self.members = entry[3]
-        self.tenant = cls.tenant
-        self.type = cls.type
-        self.demand = cls.demand
-        self.work_s = entry[2]
-        self.affinity = cls.affinity
-        self.waited = now - entry[4]
-        self.kind = cls.kind
-
-
 class _Class:
     """Pending entries that share tenant, type, affinity and demand, in key order.
 
     They all fit or all fail on the same room, and a tenant's usage only grows
     within a round: once one fails its guarantee, limit or room, the rest of
     its class would too, so a round skips them together instead of one by one.
+    What every placement of the class needs is worked out once, here.
     """
 
-    __slots__ = ("entries", "position", "tenant", "type", "affinity", "demand", "kind", "shape")
+    __slots__ = (
+        "entries",
+        "position",
+        "tenant",
+        "type",
+        "affinity",
+        "demand",
+        "kind",
+        "shape",
+        "needs",
+        "need",
+        "gpus_needed",
+        "guarantee",
+        "limit",
+        "warm",
+        "anywhere",
+    )
 
-    def __init__(
-        self, head: PendingAction, demand: Resources, signature: tuple[tuple[str, float], ...]
-    ) -> None:
+    def __init__(self, head: PendingAction, demand: Resources, shape: int, pool: Pool) -> None:
         self.entries: list[Entry] = []
         self.position = 0
         self.tenant = head.tenant
@@ -106,22 +105,37 @@ class _Class:
         self.affinity = head.affinity
         self.demand = demand
         self.kind = primary_kind(demand)
-        self.shape: Shape = (head.type, head.affinity, signature)
+        #: Classes of one shape (type, affinity, demand) find room or fail together.
+        self.shape = shape
+        self.needs = tuple((kind, amount) for kind, amount in demand.items() if amount > 0)
+        self.need = demand.get(self.kind, 0.0)
+        self.gpus_needed = int(round(demand.get("gpu", 0.0)))
+        self.guarantee = pool.guarantee_caps(head.tenant, demand)
+        self.limit = pool.limit_caps(head.tenant, demand)
+        #: The node indexes placements try (nodes warm with its affinity, any node), once needed.
+        self.warm: Index | None = None
+        self.anywhere: Index | None = None
 
     def head_key(self) -> tuple[float, str]:
         entry = self.entries[self.position]
         return entry[0], entry[1]
 
 
-@dataclass(slots=True)
 class _Placed:
-    item: _Item
-    node_id: str
-    gpus: list[str]
-    units: int
-    #: Seconds before the run that more units do not shorten (setup on a cold node).
-    fixed_s: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
+    __slots__ = ("cls", "members", "work_s", "node_id", "gpus", "units", "fixed_s", "extra")
+
+    def __init__(
+        self, cls: _Class, entry: Entry, node_id: str, gpus: list[str], units: int, fixed_s: float
+    ) -> None:
+        self.cls = cls
+        self.members = entry[3]
+        self.work_s = entry[2]
+        self.node_id = node_id
+        self.gpus = gpus
+        self.units = units
+        #: Seconds before the run that more units do not shorten (setup on a cold node).
+        self.fixed_s = fixed_s
+        self.extra: dict[str, float] = {}
 
 
 class TangramPolicy:
@@ -152,40 +166,57 @@ class TangramPolicy:
         stats = snapshot.duration_stats
         priors = type_priors(stats)
         classes: dict[tuple[object, ...], _Class] = {}
+        shapes: dict[Shape, int] = {}
         signatures: dict[int, tuple[tuple[str, float], ...]] = {}
         estimates: dict[tuple[str, str], float] = {}
         batchable: dict[tuple[str, str, str], list[Entry]] = {}
+        #: Where an action's entry goes, by what decides it (demand by identity).
+        targets: dict[tuple[object, ...], list[Entry]] = {}
         aging = config.aging_rate
         ordering = config.ordering
         batching = config.batching
         for action in snapshot.pending:
+            tenant = action.tenant
             if action.duration_hint_s is None:
-                pair = (action.tenant, action.type)
+                pair = (tenant, action.type)
                 work = estimates.get(pair, -1.0)
                 if work < 0:
                     work = estimates[pair] = expected_duration(action, stats, priors)
             else:
                 work = expected_duration(action, stats, priors)
             if ordering:
-                scaled = work if action.priority == 0 else work * 2.0 ** (-action.priority)
+                priority = action.priority
+                scaled = work if priority == 0 else work * 2.0 ** (-priority)
                 key = scaled + aging * action.submitted_at
             else:
                 key = action.submitted_at - 1e9 * action.priority
-            entry: Entry = (key, action.id, work, (action,), action.submitted_at)
-            if batching and action.batch_key is not None and action.batch_limit > 1:
-                batchable.setdefault((action.batch_key, action.tenant, action.type), []).append(
-                    entry
-                )
-                continue
             demand = action.demand
-            signature = signatures.get(id(demand))
-            if signature is None:
-                signature = signatures[id(demand)] = tuple(sorted(demand.items()))
-            class_key = (action.tenant, action.type, action.affinity, signature)
-            cls = classes.get(class_key)
-            if cls is None:
-                cls = classes[class_key] = _Class(action, demand, signature)
-            cls.entries.append(entry)
+            spec = (
+                id(demand),
+                tenant,
+                action.type,
+                action.affinity,
+                action.batch_key,
+                action.batch_limit,
+            )
+            target = targets.get(spec)
+            if target is None:
+                if batching and action.batch_key is not None and action.batch_limit > 1:
+                    target = batchable.setdefault((action.batch_key, tenant, action.type), [])
+                else:
+                    signature = signatures.get(id(demand))
+                    if signature is None:
+                        signature = signatures[id(demand)] = tuple(sorted(demand.items()))
+                    class_key = (tenant, action.type, action.affinity, signature)
+                    cls = classes.get(class_key)
+                    if cls is None:
+                        shape = shapes.setdefault(
+                            (action.type, action.affinity, signature), len(shapes)
+                        )
+                        cls = classes[class_key] = _Class(action, demand, shape, pool)
+                    target = cls.entries
+                targets[spec] = target
+            target.append((key, action.id, work, (action,), action.submitted_at))
         out = list(classes.values())
         for cls in out:
             cls.entries.sort()
@@ -197,7 +228,10 @@ class TangramPolicy:
             for entry in entries:
                 for kind, amount in entry[3][0].demand.items():
                     largest[kind] = max(largest.get(kind, 0.0), amount)
-            cls = _Class(head, largest, tuple(sorted(largest.items())))
+            shape = shapes.setdefault(
+                (head.type, head.affinity, tuple(sorted(largest.items()))), len(shapes)
+            )
+            cls = _Class(head, largest, shape, pool)
             for start in range(0, len(entries), size):
                 chunk = entries[start : start + size]
                 cls.entries.append(
@@ -237,7 +271,7 @@ class _Round:
         self.now = now
         self.placed: list[_Placed] = []
         #: Shapes that found no room: room only shrinks within a round.
-        self.no_room: set[Shape] = set()
+        self.no_room: set[int] = set()
         #: Kinds some action waits for: later actions (all / borrowers) leave them.
         self.reserved_all: set[str] = set()
         self.reserved_from_borrowers: set[str] = set()
@@ -245,24 +279,23 @@ class _Round:
         self.contended: set[str] = set()
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
-        for kind, amount in cls.demand.items():
-            if amount > 0 and (
-                kind in self.reserved_all or (borrower and kind in self.reserved_from_borrowers)
-            ):
-                return True
-        return False
+        reserved_all = self.reserved_all
+        reserved = self.reserved_from_borrowers if borrower else ()
+        if not reserved_all and not reserved:
+            return False
+        return any(kind in reserved_all or kind in reserved for kind, _ in cls.needs)
 
     def _place(self, cls: _Class, *, guaranteed: bool) -> bool:
         """Place the class's head entry; False when the rest of the class cannot go either."""
         if cls.shape in self.no_room or self._blocked(cls, borrower=not guaranteed):
             return False
-        item = _Item(cls, cls.entries[cls.position], self.now)
-        if self._try(item, cls.shape):
+        entry = cls.entries[cls.position]
+        if self._try(cls, entry):
             cls.position += 1
             return True
         kind = cls.kind
         self.contended.add(kind)
-        if item.waited >= self.config.starvation_s:
+        if self.now - entry[4] >= self.config.starvation_s:
             self.reserved_all.add(kind)
         elif guaranteed:
             self.reserved_from_borrowers.add(kind)
@@ -273,21 +306,22 @@ class _Round:
 
         Returns, per tenant, the classes whose rest must borrow.
         """
-        pool = self.pool
+        within = self.pool.within
         borrowers: dict[str, list[_Class]] = {}
         heap = [(*cls.head_key(), position) for position, cls in enumerate(classes)]
         heapq.heapify(heap)
         while heap:
             position = heap[0][2]
             cls = classes[position]
-            if not pool.within_guarantee(cls.tenant, cls.demand):
+            if not within(cls.tenant, cls.guarantee):
                 borrowers.setdefault(cls.tenant, []).append(cls)
                 heapq.heappop(heap)
                 continue
             if not self._place(cls, guaranteed=True) or cls.position >= len(cls.entries):
                 heapq.heappop(heap)
                 continue
-            heapq.heapreplace(heap, (*cls.head_key(), position))
+            entry = cls.entries[cls.position]
+            heapq.heapreplace(heap, (entry[0], entry[1], position))
         return borrowers
 
     def _borrow_next(self, heap: list[tuple[float, str, int]], classes: list[_Class]) -> bool:
@@ -297,7 +331,7 @@ class _Round:
         pool = self.pool
         if (
             cls.shape in self.no_room
-            or not pool.within_limit(cls.tenant, cls.demand)
+            or not pool.within(cls.tenant, cls.limit)
             or not pool.leaves_unlent_guarantees(cls.tenant, cls.demand)
             or not self._place(cls, guaranteed=False)
         ):
@@ -306,7 +340,8 @@ class _Round:
         if cls.position >= len(cls.entries):
             heapq.heappop(heap)
         else:
-            heapq.heapreplace(heap, (*cls.head_key(), position))
+            entry = cls.entries[cls.position]
+            heapq.heapreplace(heap, (entry[0], entry[1], position))
         return True
 
     def borrow_fairly(self, borrowers: dict[str, list[_Class]]) -> None:
@@ -345,23 +380,29 @@ class _Round:
         weight = quota.weight if quota and quota.weight > 0 else 1.0
         return self.pool.dominant_share(tenant) / weight
 
-    def _try(self, item: _Item, shape: Shape) -> bool:
+    def _try(self, cls: _Class, entry: Entry) -> bool:
         pool = self.pool
         found = None
-        if self.config.affinity and item.affinity:
-            found = pool.best_fit(item.demand, item.type, item.affinity, item.kind)
+        if self.config.affinity and cls.affinity:
+            warm = cls.warm
+            if warm is None:
+                warm = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
+            found = pool.fit(warm, cls.need, cls.needs, cls.gpus_needed)
         if found is None:
-            found = pool.best_fit(item.demand, item.type, frozenset(), item.kind)
+            anywhere = cls.anywhere
+            if anywhere is None:
+                anywhere = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
+            found = pool.fit(anywhere, cls.need, cls.needs, cls.gpus_needed)
         if found is None:
-            self.no_room.add(shape)
+            self.no_room.add(cls.shape)
             return False
         node_id, gpus = found
-        pool.take(item.tenant, node_id, item.demand, gpus)
-        head = item.members[0]
+        pool.take(cls.tenant, node_id, cls.demand, gpus)
+        head = entry[3][0]
         units = max(head.elasticity.min_units, 1)
         cold = bool(head.affinity) and not head.affinity <= pool.nodes[node_id].warm
         fixed_s = head.setup_s if cold else 0.0
-        self.placed.append(_Placed(item, node_id, list(gpus), units, fixed_s))
+        self.placed.append(_Placed(cls, entry, node_id, list(gpus), units, fixed_s))
         return True
 
     def expand(self) -> None:
@@ -384,7 +425,7 @@ class _Round:
         while heap:
             _, position = heapq.heappop(heap)
             placed = self.placed[position]
-            action = placed.item.members[0]
+            action = placed.members[0]
             elasticity = action.elasticity
             kind = elasticity.unit_kind
             unit = action.demand.get(kind, 0.0) / max(elasticity.min_units, 1)
@@ -431,13 +472,13 @@ class _Round:
     @staticmethod
     def _gain(placed: _Placed, threshold: dict[str, float]) -> float | None:
         """Seconds one more unit saves, if worth it at the kind's load."""
-        if len(placed.item.members) != 1:
+        if len(placed.members) != 1:
             return None
-        elasticity: Elasticity = placed.item.members[0].elasticity
+        elasticity: Elasticity = placed.members[0].elasticity
         if placed.units >= elasticity.max_units or elasticity.unit_kind not in threshold:
             return None
-        now_s = duration_at(elasticity, placed.item.work_s, placed.units)
-        next_s = duration_at(elasticity, placed.item.work_s, placed.units + 1)
+        now_s = duration_at(elasticity, placed.work_s, placed.units)
+        next_s = duration_at(elasticity, placed.work_s, placed.units + 1)
         saved = now_s - next_s
         whole_s = placed.fixed_s + now_s
         if whole_s <= 0 or saved / whole_s < threshold[elasticity.unit_kind]:
@@ -447,11 +488,13 @@ class _Round:
     def placements(self) -> list[Placement]:
         out: list[Placement] = []
         for placed in self.placed:
-            members = placed.item.members
+            members = placed.members
+            demand = placed.cls.demand
             if len(members) == 1:
-                allocation = dict(placed.item.demand)
-                for kind, amount in placed.extra.items():
-                    allocation[kind] = allocation.get(kind, 0.0) + amount
+                allocation = dict(demand)
+                if placed.extra:
+                    for kind, amount in placed.extra.items():
+                        allocation[kind] = allocation.get(kind, 0.0) + amount
                 out.append(
                     Placement(
                         members[0].id,
@@ -463,7 +506,7 @@ class _Round:
                     )
                 )
                 continue
-            share = {kind: amount / len(members) for kind, amount in placed.item.demand.items()}
+            share = {kind: amount / len(members) for kind, amount in demand.items()}
             batch_id = f"batch:{members[0].id}"
             for member in members:
                 out.append(
