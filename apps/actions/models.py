@@ -37,6 +37,10 @@ class Action(models.Model):
     priority = models.IntegerField(default=0)
     timeout_s = models.FloatField()
     duration_hint_s = models.FloatField(null=True, blank=True)
+    #: ``{min_units, max_units, parallel_fraction, unit_kind}``; empty: not elastic.
+    elasticity = models.JSONField(default=dict, blank=True)
+    #: Warm-state keys (``image:…``, ``model:…``) a node may already have.
+    affinity = models.JSONField(default=list, blank=True)
 
     state = models.CharField(max_length=16, choices=ActionState.choices, default=ActionState.QUEUED)
     attempt = models.PositiveIntegerField(default=1)

@@ -14,6 +14,18 @@ from apps.actions.types import ACTION_TYPES, is_resource_kind
 from apps.core.exceptions import ApplicationError
 
 
+class ElasticitySerializer(serializers.Serializer):
+    min_units = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    max_units = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    parallel_fraction = serializers.FloatField(min_value=0, max_value=1, default=0.0)
+    unit_kind = serializers.CharField(max_length=64, default="cpu")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["max_units"] < attrs["min_units"]:
+            raise serializers.ValidationError({"max_units": ["Must be >= min_units."]})
+        return attrs
+
+
 class ActionInputSerializer(serializers.Serializer):
     type = serializers.CharField(max_length=64)
     payload = serializers.JSONField(default=dict)
@@ -23,6 +35,14 @@ class ActionInputSerializer(serializers.Serializer):
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     timeout_s = serializers.FloatField(required=False, min_value=0.001)
     duration_hint_s = serializers.FloatField(required=False, min_value=0, allow_null=True)
+    elasticity = ElasticitySerializer(
+        required=False,
+        help_text="May run on more units of unit_kind when the pool is idle; demand is for "
+        "min_units, and speedup follows Amdahl's law with parallel_fraction.",
+    )
+    affinity = serializers.ListField(
+        child=serializers.CharField(max_length=200), max_length=16, default=list
+    )
 
     def validate_type(self, value: str) -> str:
         if value not in ACTION_TYPES:
@@ -73,6 +93,11 @@ class ActionInputSerializer(serializers.Serializer):
             raise serializers.ValidationError({exc.field or "payload": [exc.message]}) from None
         if "demand" not in attrs:
             attrs["demand"] = dict(action_type.default_demand)
+        elasticity = attrs.get("elasticity")
+        if elasticity and attrs["demand"].get(elasticity["unit_kind"], 0) <= 0:
+            raise serializers.ValidationError(
+                {"elasticity.unit_kind": ["Must be a kind the demand asks for."]}
+            )
         attrs.setdefault("timeout_s", settings.TANGRAM_DEFAULT_TIMEOUT_S)
         return attrs
 
@@ -92,6 +117,8 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "priority",
             "demand",
             "timeout_s",
+            "elasticity",
+            "affinity",
             "attempt",
             "node",
             "allocation",

@@ -31,8 +31,8 @@ from apps.inventory import selectors as inventory_selectors
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import quota_list
 from tangram_agent.protocol import RESULT_STATES, Result
-from tangram_policy.estimate import stat_update
-from tangram_policy.types import DurationStat
+from tangram_policy.estimate import stat_update, work_at_min_units
+from tangram_policy.types import DurationStat, Elasticity
 
 logger = logging.getLogger(__name__)
 
@@ -172,17 +172,20 @@ def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
 
 
 def _observe_duration(*, action_id: str) -> None:
-    tenant_id, action_type, started, finished = Action.objects.values_list(
-        "tenant_id", "type", "started_at", "finished_at"
+    tenant_id, action_type, started, finished, elasticity, units = Action.objects.values_list(
+        "tenant_id", "type", "started_at", "finished_at", "elasticity", "units"
     ).get(pk=action_id)
     if started is None or finished is None:
         return
+    # Estimates are kept at minimum units, whatever parallelism this run was given.
+    observed = work_at_min_units(
+        Elasticity(**elasticity) if elasticity else Elasticity(),
+        max((finished - started).total_seconds(), 0.0),
+        units,
+    )
     row, _ = ActionDurationStat.objects.get_or_create(tenant_id=tenant_id, type=action_type)
     row = ActionDurationStat.objects.select_for_update().get(pk=row.pk)
-    stat = stat_update(
-        DurationStat(row.count, row.mean_s) if row.count else None,
-        max((finished - started).total_seconds(), 0.0),
-    )
+    stat = stat_update(DurationStat(row.count, row.mean_s) if row.count else None, observed)
     ActionDurationStat.objects.filter(pk=row.pk).update(count=stat.count, mean_s=stat.mean_s)
 
 

@@ -9,6 +9,7 @@ from apps.inventory.models import Node
 from apps.tenants.models import Quota
 from tangram_policy.types import (
     DurationStat,
+    Elasticity,
     PendingAction,
     RunningAction,
     Snapshot,
@@ -18,6 +19,7 @@ from tangram_policy.types import Node as PolicyNode
 
 #: The policy sees at most this many queued actions per round, highest priority and oldest first.
 MAX_PENDING_PER_ROUND = 10_000
+NOT_ELASTIC = Elasticity()
 
 
 def _quotas() -> dict[str, TenantQuota]:
@@ -70,6 +72,8 @@ def scheduling_snapshot() -> Snapshot:
             job=a["job"],
             trajectory=a["trajectory"],
             duration_hint_s=a["duration_hint_s"],
+            elasticity=Elasticity(**a["elasticity"]) if a["elasticity"] else NOT_ELASTIC,
+            affinity=frozenset(a["affinity"]),
         )
         for a in Action.objects.filter(state=ActionState.QUEUED)
         .order_by("-priority", "submitted_at")
@@ -83,6 +87,8 @@ def scheduling_snapshot() -> Snapshot:
             "job",
             "trajectory",
             "duration_hint_s",
+            "elasticity",
+            "affinity",
         )[:MAX_PENDING_PER_ROUND]
     )
     running = tuple(

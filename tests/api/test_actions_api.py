@@ -191,3 +191,35 @@ def test_schema_and_docs_are_served(staff_client):
     docs = staff_client.get("/api/v1/docs")
     assert docs.status_code == 200
     assert b"cdn" not in docs.content.lower()  # served locally: no network needed
+
+
+@pytest.mark.parametrize(
+    ("elasticity", "field"),
+    [
+        ({"min_units": 2, "max_units": 1}, "elasticity.max_units"),
+        ({"max_units": 4, "parallel_fraction": 2}, "elasticity.parallel_fraction"),
+        ({"max_units": 4, "unit_kind": "gpu"}, "elasticity.unit_kind"),
+        ({"min_units": 0}, "elasticity.min_units"),
+    ],
+)
+def test_bad_elasticity_is_refused_naming_the_field(owner, node, elasticity, field):
+    response = owner.client.post(URL, {**PY, "elasticity": elasticity}, format="json")
+    assert response.status_code == 400
+    assert field in response.json()["errors"], response.json()
+    assert Action.objects.count() == 0
+
+
+def test_elasticity_and_affinity_are_stored_and_returned(owner, node):
+    body = {
+        **PY,
+        "elasticity": {"max_units": 4, "parallel_fraction": 0.9},
+        "affinity": ["image:python3.11"],
+    }
+    out = owner.client.post(URL, body, format="json").json()
+    assert out["elasticity"] == {
+        "min_units": 1,
+        "max_units": 4,
+        "parallel_fraction": 0.9,
+        "unit_kind": "cpu",
+    }
+    assert out["affinity"] == ["image:python3.11"]

@@ -124,3 +124,31 @@ def test_concurrent_rounds_never_double_place():
     assert sum(placed) == 40
     assert Action.objects.filter(state="assigned").count() == 40
     assert ActionEvent.objects.filter(state="assigned").count() == 40
+
+
+def test_an_elastic_action_gets_more_units_on_an_idle_pool(settings):
+    settings.TANGRAM_POLICY = "tangram"
+    NodeFactory(capacity={"cpu": 8, "memory": 100_000})
+    elastic = ActionFactory(
+        demand={"cpu": 1, "memory": 16},
+        elasticity={"min_units": 1, "max_units": 4, "parallel_fraction": 0.95, "unit_kind": "cpu"},
+        duration_hint_s=60,
+    )
+    rigid = ActionFactory(demand={"cpu": 1, "memory": 16}, duration_hint_s=60)
+    schedule_round()
+    elastic.refresh_from_db()
+    rigid.refresh_from_db()
+    assert elastic.units > 1
+    assert elastic.allocation["cpu"] == elastic.units and elastic.allocation["memory"] == 16
+    assert (rigid.units, rigid.allocation) == (1, {"cpu": 1, "memory": 16})
+
+
+def test_affinity_prefers_the_warm_node(settings):
+    settings.TANGRAM_POLICY = "tangram"
+    # Best fit alone would pick the tighter cold node.
+    NodeFactory(name="cold", capacity={"cpu": 2, "memory": 1_000})
+    warm = NodeFactory(name="warm", capacity={"cpu": 16, "memory": 100_000}, warm=["image:x"])
+    action = ActionFactory(demand={"cpu": 1}, affinity=["image:x"])
+    schedule_round()
+    action.refresh_from_db()
+    assert action.node == warm
