@@ -12,6 +12,12 @@ from apps.actions.models import Action
 from apps.tenants.selectors import Principal
 
 
+def add_resources(into: dict[str, float], amounts: dict[str, Any]) -> None:
+    """Add one allocation (or demand) into running totals per resource kind."""
+    for kind, amount in amounts.items():
+        into[kind] = into.get(kind, 0.0) + float(amount)
+
+
 def access_actions(*, principal: Principal) -> QuerySet[Action]:
     actions = Action.objects.select_related("node")
     if principal.is_staff:

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import DateTimeField, F, QuerySet, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.actions.models import (
@@ -43,6 +44,8 @@ def _check_fits(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) 
     largest = inventory_selectors.node_largest_capacity()
     for index, spec in enumerate(specs):
         prefix = f"{index}." if bulk else ""
+        # None: no node offers this type yet; the action waits for one to register.
+        capacity = largest.get(spec["type"])
         for kind, amount in spec["demand"].items():
             if kind in limits and amount > limits[kind]:
                 raise ApplicationError(
@@ -50,11 +53,7 @@ def _check_fits(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) 
                     f"{limits[kind]:g}.",
                     field=f"{prefix}demand.{kind}",
                 )
-        capacity = largest.get(spec["type"])
-        if capacity is None:
-            continue  # no node offers this type yet; it waits for one to register
-        for kind, amount in spec["demand"].items():
-            if amount > capacity.get(kind, 0.0):
+            if capacity is not None and amount > capacity.get(kind, 0.0):
                 raise ApplicationError(
                     f"demand.{kind}={amount:g} is beyond every node that runs {spec['type']} "
                     f"(largest: {capacity.get(kind, 0.0):g}).",
@@ -133,8 +132,8 @@ def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
     finished_at = _from_unix(result["finished_at"]) or timezone.now()
     stdout, stdout_truncated = _cap(result["stdout"], result["stdout_truncated"])
     stderr, stderr_truncated = _cap(result["stderr"], result["stderr_truncated"])
+    # A result can overtake its "started" message: keep started_at, else take the agent's.
     started = _from_unix(result.get("started_at"))
-    # A result can overtake its "started" message; fill started_at if it is missing.
     changed = Action.objects.filter(
         pk=result["action"],
         attempt=result["attempt"],
@@ -149,13 +148,10 @@ def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
         stderr_truncated=stderr_truncated,
         error=result.get("error", "")[:10_000],
         finished_at=finished_at,
+        started_at=Coalesce(F("started_at"), Value(started, output_field=DateTimeField())),
     )
     if not changed:
         return False
-    if started is not None:
-        Action.objects.filter(pk=result["action"], started_at__isnull=True).update(
-            started_at=started
-        )
     ActionEvent.objects.create(
         action_id=result["action"],
         state=result["state"],
@@ -183,10 +179,12 @@ def _observe_duration(*, action_id: str) -> None:
         max((finished - started).total_seconds(), 0.0),
         units,
     )
-    row, _ = ActionDurationStat.objects.get_or_create(tenant_id=tenant_id, type=action_type)
-    row = ActionDurationStat.objects.select_for_update().get(pk=row.pk)
+    row, _ = ActionDurationStat.objects.select_for_update().get_or_create(
+        tenant_id=tenant_id, type=action_type
+    )
     stat = stat_update(DurationStat(row.count, row.mean_s) if row.count else None, observed)
-    ActionDurationStat.objects.filter(pk=row.pk).update(count=stat.count, mean_s=stat.mean_s)
+    row.count, row.mean_s = stat.count, stat.mean_s
+    row.save(update_fields=["count", "mean_s"])
 
 
 def actions_requeue(*, actions: QuerySet[Action], reason: str) -> int:

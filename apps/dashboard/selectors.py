@@ -16,6 +16,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from apps.actions.models import PLACED_STATES, Action, ActionState
+from apps.actions.selectors import add_resources
 from apps.dashboard.events import (
     NODE_ACTIONS_CAP,
     NodeView,
@@ -34,19 +35,14 @@ def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
-def _add(into: dict[str, float], amounts: dict[str, Any]) -> None:
-    for kind, amount in amounts.items():
-        into[kind] = into.get(kind, 0.0) + float(amount)
-
-
 def _placed_usage() -> tuple[dict[Any, dict[str, float]], dict[Any, dict[str, float]]]:
     """Held resources per node id and per tenant id, from one read of placed actions."""
     by_node: dict[Any, dict[str, float]] = {}
     by_tenant: dict[Any, dict[str, float]] = {}
     placed = Action.objects.filter(state__in=PLACED_STATES, node__isnull=False)
     for node_id, tenant_id, allocation in placed.values_list("node_id", "tenant_id", "allocation"):
-        _add(by_node.setdefault(node_id, {}), allocation)
-        _add(by_tenant.setdefault(tenant_id, {}), allocation)
+        add_resources(by_node.setdefault(node_id, {}), allocation)
+        add_resources(by_tenant.setdefault(tenant_id, {}), allocation)
     return by_node, by_tenant
 
 
@@ -163,8 +159,8 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
         totals["nodes"] += 1
         if node.state == Node.State.ONLINE:
             totals["nodes_online"] += 1
-            _add(totals["capacity"], capacity)
-            _add(totals["used"], used)
+            add_resources(totals["capacity"], capacity)
+            add_resources(totals["used"], used)
 
     tenants: list[TenantView] = []
     for tenant in Tenant.objects.order_by("name").only("id", "name"):

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Count
 
 from apps.actions.models import PLACED_STATES, Action
+from apps.actions.selectors import add_resources
 from apps.inventory.models import AgentToken, Node
 from apps.tenants.services import token_digest
 
@@ -35,9 +36,7 @@ def node_used(*, node_ids: list[Any] | None = None) -> dict[Any, dict[str, float
         placed = placed.filter(node_id__in=node_ids)
     used: dict[Any, dict[str, float]] = {}
     for node_id, allocation in placed.values_list("node_id", "allocation"):
-        totals = used.setdefault(node_id, {})
-        for kind, amount in allocation.items():
-            totals[kind] = totals.get(kind, 0.0) + amount
+        add_resources(used.setdefault(node_id, {}), allocation)
     return used
 
 

@@ -62,14 +62,18 @@ def principal_of(*, user) -> Principal:  # type: ignore[no-untyped-def]
 def tenant_usage(*, tenant: Tenant) -> dict[str, object]:
     """Resources held by the tenant's placed actions, and its queue lengths."""
     from apps.actions.models import PLACED_STATES, Action, ActionState
+    from apps.actions.selectors import add_resources
 
     usage: dict[str, float] = {}
-    placed = Action.objects.filter(tenant=tenant, state__in=PLACED_STATES)
-    for allocation in placed.values_list("allocation", flat=True):
-        for kind, amount in allocation.items():
-            usage[kind] = usage.get(kind, 0.0) + amount
+    allocations = Action.objects.filter(tenant=tenant, state__in=PLACED_STATES).values_list(
+        "allocation", flat=True
+    )
+    running = 0
+    for allocation in allocations:
+        add_resources(usage, allocation)
+        running += 1
     return {
         "usage": usage,
         "queued": Action.objects.filter(tenant=tenant, state=ActionState.QUEUED).count(),
-        "running": placed.count(),
+        "running": running,
     }

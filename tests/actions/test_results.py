@@ -106,3 +106,12 @@ def test_success_updates_the_duration_estimate_the_scheduler_reads():
     stats = scheduling_snapshot().duration_stats
     assert stats[(str(action.tenant_id), action.type)].count == 1
     assert stats[(str(action.tenant_id), action.type)].mean_s == pytest.approx(2.0)
+
+
+def test_a_result_that_overtakes_started_fills_started_at_once():
+    action = _placed()
+    assert action_record_result(
+        node_id=action.node_id, result=_result(action, started_at=1000.0, finished_at=1002.0)
+    )
+    action.refresh_from_db()
+    assert action.started_at.timestamp() == 1000.0
