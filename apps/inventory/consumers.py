@@ -72,7 +72,6 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                     attempt=int(content["attempt"]),
                     started_at=float(content["started_at"]),
                 )
-                await database_sync_to_async(services.node_touch)(node_id=self.node_id)
             elif kind == "result":
                 await database_sync_to_async(action_record_result)(
                     node_id=self.node_id, result=content

@@ -133,10 +133,6 @@ def node_heartbeat(
     return resend, _stale(node_id, held)
 
 
-def node_touch(*, node_id: Any) -> None:
-    Node.objects.filter(pk=node_id).update(last_seen_at=timezone.now())
-
-
 @transaction.atomic
 def nodes_reap_lost() -> int:
     """Take nodes whose lease ran out offline and re-queue their actions."""
