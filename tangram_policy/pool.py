@@ -278,6 +278,27 @@ class Pool:
                 return node_id, ()
         return None
 
+    def roomiest(
+        self, index: Index, needs: tuple[tuple[str, float], ...], gpus_needed: int
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """The fitting node with the most room of the index's kind: room for an action to grow."""
+        frees = self.free
+        gpu_free = self.gpu_free
+        for position in range(len(index) - 1, max(len(index) - 1 - SCAN_LIMIT, -1), -1):
+            node_id = index[position][1]
+            free = frees[node_id]
+            for kind, amount in needs:
+                if amount > free.get(kind, 0.0) + EPSILON:
+                    break
+            else:
+                if gpus_needed and node_id in gpu_free:
+                    gpus = self.pick_gpus(node_id, gpus_needed)
+                    if gpus is None:
+                        continue
+                    return node_id, gpus
+                return node_id, ()
+        return None
+
     def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:
         """``count`` free GPU ids, inside one group when topology counts (best-fit group)."""
         groups = self.gpu_free[node_id]

@@ -20,7 +20,9 @@ One round, from a snapshot, in four passes:
    round takes that kind, so the capacity comes back to it as actions finish.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, multi-GPU actions inside one
-   interconnect group. Then the room left over goes, by largest expected
+   interconnect group; while nobody waits for its unit kind, an elastic action
+   goes instead to the fitting node with the most room, since its extra units
+   must come from its own node. Then the room left over goes, by largest expected
    seconds saved (Amdahl), to extra units of placed elastic actions, but only
    for kinds nobody is waiting on, keeping a headroom, and only while each
    unit cuts enough of the action's time for the current load (EARL's rule:
@@ -387,12 +389,12 @@ class _Round:
             warm = cls.warm
             if warm is None:
                 warm = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
-            found = pool.fit(warm, cls.need, cls.needs, cls.gpus_needed)
+            found = self._fit(cls, entry, warm)
         if found is None:
             anywhere = cls.anywhere
             if anywhere is None:
                 anywhere = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
-            found = pool.fit(anywhere, cls.need, cls.needs, cls.gpus_needed)
+            found = self._fit(cls, entry, anywhere)
         if found is None:
             self.no_room.add(cls.shape)
             return False
@@ -404,6 +406,19 @@ class _Round:
         fixed_s = head.setup_s if cold else 0.0
         self.placed.append(_Placed(cls, entry, node_id, list(gpus), units, fixed_s))
         return True
+
+    def _fit(self, cls: _Class, entry: Entry, index: Index) -> tuple[str, tuple[str, ...]] | None:
+        """Best fit, or for an action that may grow, the node with the most room."""
+        members = entry[3]
+        elasticity = members[0].elasticity
+        if (
+            self.config.elastic
+            and len(members) == 1
+            and elasticity.max_units > elasticity.min_units
+            and elasticity.unit_kind not in self.contended
+        ):
+            return self.pool.roomiest(index, cls.needs, cls.gpus_needed)
+        return self.pool.fit(index, cls.need, cls.needs, cls.gpus_needed)
 
     def expand(self) -> None:
         """Give leftover room to elastic actions, largest expected saving first."""
