@@ -133,6 +133,19 @@ def test_elastic_actions_spread_on_an_idle_pool_and_stay_minimal_when_others_wai
     assert units["e"] == 1  # some actions still wait for cores: no extra units
 
 
+def test_an_elastic_action_goes_where_it_can_grow_and_a_rigid_one_fits_best() -> None:
+    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
+    nodes = [Node("tight", {"cpu": 2.0}, CPU), Node("roomy", {"cpu": 16.0}, CPU)]
+    grows = _action("e", elasticity=elastic, duration_hint_s=40.0, demand={"cpu": 2.0})
+    placement = get_policy("tangram").decide(_snapshot(nodes, [grows])).placements[0]
+    assert placement.node_id == "roomy" and placement.units > 4
+    rigid = _action("r", duration_hint_s=40.0, demand={"cpu": 2.0})
+    assert get_policy("tangram").decide(_snapshot(nodes, [rigid])).placements[0].node_id == "tight"
+    # Without elasticity it is a rigid action: best fit, one unit.
+    plain = get_policy("tangram-no-elastic").decide(_snapshot(nodes, [grows])).placements[0]
+    assert (plain.node_id, plain.units) == ("tight", 1)
+
+
 def test_expansion_is_worth_less_on_a_cold_node() -> None:
     elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
     busy = [RunningAction("r", "o", "python", "n", {"cpu": 16.0}, 0.0)]
