@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 from tangram_policy.registry import ABLATIONS
@@ -86,17 +88,34 @@ def ratios(policies: dict[str, dict[str, Any]], ours: str = "tangram") -> dict[s
     return out
 
 
+def _simulate(workload: Workload, policy: str) -> SimResult:
+    return simulate(workload, policy)
+
+
 def run_policies(
-    workload: Workload, names: list[str], seeds: list[int]
+    workload: Workload, names: list[str], seeds: list[int], executor: Executor
 ) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for name in names:
-        out[name] = aggregate([simulate(workload.with_seed(seed), name) for seed in seeds])
-    return out
+    """Every (policy, seed) run as its own job: runs are independent and CPU-bound."""
+    runs = {
+        name: [executor.submit(_simulate, workload.with_seed(seed), name) for seed in seeds]
+        for name in names
+    }
+    return {name: aggregate([f.result() for f in futures]) for name, futures in runs.items()}
+
+
+def _steps_within(workload: Workload, policy: str, limit: float | None) -> list[float] | None:
+    """The run's step times, or None once simulated time passes ``limit``."""
+    simulation = Simulation(workload, policy, time_limit_s=limit)
+    result = simulation.run()
+    return None if simulation.truncated else result.steps
 
 
 def mean_step(
-    workload: Workload, policy: str, seeds: list[int], give_up_above_s: float | None = None
+    workload: Workload,
+    policy: str,
+    seeds: list[int],
+    executor: Executor,
+    give_up_above_s: float | None = None,
 ) -> float:
     """Mean step time over the seeds; ``inf`` once it surely exceeds ``give_up_above_s``.
 
@@ -108,30 +127,39 @@ def mean_step(
         steps_per_seed = sum(task.steps for task in workload.tasks)
         latest = max((task.start_s for task in workload.tasks), default=0.0)
         limit = give_up_above_s * steps_per_seed + latest
+    futures = [
+        executor.submit(_steps_within, workload.with_seed(seed), policy, limit) for seed in seeds
+    ]
     steps: list[float] = []
-    for seed in seeds:
-        simulation = Simulation(workload.with_seed(seed), policy, time_limit_s=limit)
-        result = simulation.run()
-        if simulation.truncated:
+    for future in futures:
+        seed_steps = future.result()
+        if seed_steps is None:
             return float("inf")
-        steps += result.steps
+        steps += seed_steps
     return sum(steps) / len(steps)
 
 
 def savings(
-    workload: Workload, seeds: list[int], target_s: float, *, iterations: int = 7
+    workload: Workload,
+    seeds: list[int],
+    target_s: float,
+    executor: Executor,
+    *,
+    iterations: int = 7,
 ) -> dict[str, Any]:
     """Smallest pool scale at which ``tangram`` matches ``static``'s full-pool mean step."""
     low, high = 0.0, 1.0
     probes: list[dict[str, float]] = []
-    high_step = mean_step(workload, "tangram", seeds)
+    high_step = mean_step(workload, "tangram", seeds, executor)
     probes.append({"scale": 1.0, "mean_step_s": high_step})
     if high_step > target_s:
         return {"target_step_s": target_s, "scale": None, "saving_pct": 0.0, "probes": probes}
     for _ in range(iterations):
         middle = (low + high) / 2.0
         try:
-            step = mean_step(workload.scaled(middle), "tangram", seeds, give_up_above_s=target_s)
+            step = mean_step(
+                workload.scaled(middle), "tangram", seeds, executor, give_up_above_s=target_s
+            )
         except (RuntimeError, ValueError):
             step = float("inf")
         probes.append({"scale": middle, "mean_step_s": step})
@@ -219,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablations", action="store_true", help="add tangram-no-<mechanism>")
     parser.add_argument("--savings", action="store_true")
     parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     workload = load_workload(args.workload)
@@ -226,20 +257,21 @@ def main(argv: list[str] | None = None) -> int:
     names = [p for p in args.policies.split(",") if p]
     if args.ablations:
         names += [f"tangram-no-{m.replace('_', '-')}" for m in ABLATIONS]
-    policies = run_policies(workload, names, seeds)
-    report: dict[str, Any] = {
-        "workload": workload.name,
-        "seeds": seeds,
-        "policies": policies,
-        "ratios": ratios(policies),
-    }
-    if args.savings:
-        target = (
-            policies["static"]["mean_step_s"]
-            if "static" in policies
-            else mean_step(workload, "static", seeds)
-        )
-        report["savings"] = savings(workload, seeds, target)
+    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:
+        policies = run_policies(workload, names, seeds, executor)
+        report: dict[str, Any] = {
+            "workload": workload.name,
+            "seeds": seeds,
+            "policies": policies,
+            "ratios": ratios(policies),
+        }
+        if args.savings:
+            target = (
+                policies["static"]["mean_step_s"]
+                if "static" in policies
+                else mean_step(workload, "static", seeds, executor)
+            )
+            report["savings"] = savings(workload, seeds, target, executor)
     report["wall_s"] = time.perf_counter() - started
     if args.format == "json":
         json.dump(report, sys.stdout, indent=2)
