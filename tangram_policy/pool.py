@@ -261,30 +261,30 @@ class Pool:
     ) -> tuple[str, tuple[str, ...]] | None:
         """``best_fit`` on an index: ``need`` of its kind, ``needs`` the demand's positive kinds."""
         start = bisect_left(index, (need - EPSILON, ""))
-        frees = self.free
-        gpu_free = self.gpu_free
-        for position in range(start, min(start + SCAN_LIMIT, len(index))):
-            node_id = index[position][1]
-            free = frees[node_id]
-            for kind, amount in needs:
-                if amount > free.get(kind, 0.0) + EPSILON:
-                    break
-            else:
-                if gpus_needed and node_id in gpu_free:
-                    gpus = self.pick_gpus(node_id, gpus_needed)
-                    if gpus is None:
-                        continue
-                    return node_id, gpus
-                return node_id, ()
-        return None
+        return self._first_fitting(
+            index, range(start, min(start + SCAN_LIMIT, len(index))), needs, gpus_needed
+        )
 
     def roomiest(
         self, index: Index, needs: tuple[tuple[str, float], ...], gpus_needed: int
     ) -> tuple[str, tuple[str, ...]] | None:
         """The fitting node with the most room of the index's kind: room for an action to grow."""
+        last = len(index) - 1
+        return self._first_fitting(
+            index, range(last, max(last - SCAN_LIMIT, -1), -1), needs, gpus_needed
+        )
+
+    def _first_fitting(
+        self,
+        index: Index,
+        positions: range,
+        needs: tuple[tuple[str, float], ...],
+        gpus_needed: int,
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """The first node, in ``positions`` of ``index``, with room for every need."""
         frees = self.free
         gpu_free = self.gpu_free
-        for position in range(len(index) - 1, max(len(index) - 1 - SCAN_LIMIT, -1), -1):
+        for position in positions:
             node_id = index[position][1]
             free = frees[node_id]
             for kind, amount in needs:
