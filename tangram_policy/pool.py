@@ -6,10 +6,17 @@ round needs to stay far from a pending x nodes scan: per (executor type,
 affinity, primary kind) a list of nodes sorted by free room of that kind, kept
 sorted as placements take room (best fit is a bisection), running pool totals,
 and free GPU ids per interconnect group for topology-aware placement.
+
+Keys whose nodes are the same (``python`` and ``tests`` on the same warm
+nodes, say) share one list: its order depends only on its nodes' room, so one
+list serves both and a placement moves the node in it once. An index holds one
+int per node that sorts exactly as (room, node id) would, so the bisections
+that keep it sorted compare ints, not tuples.
 """
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, insort
 from collections.abc import Mapping
 
@@ -19,11 +26,29 @@ from tangram_policy.types import EPSILON, Node, Resources, Snapshot, TenantQuota
 SCAN_LIMIT = 256
 
 IndexKey = tuple[str, frozenset[str], str]
-#: A sorted node index: (free room of its kind, node id).
-Index = list[tuple[float, str]]
+#: A sorted node index: per node ``_order(room of its kind) << rank bits``
+#: plus the node's rank among node ids, so it sorts by (room, node id).
+Index = list[int]
+#: An allocation as ``Pool.charge`` takes it: per kind (kind, amount, pool
+#: capacity of the kind), and its GPUs.
+Plan = tuple[tuple[tuple[str, float, float], ...], float]
 #: What a tenant's guarantee or limit bounds of one demand: (kind, amount, ceiling).
 Caps = tuple[tuple[str, float, float], ...]
 _NO_USAGE: Mapping[str, float] = {}
+
+
+_DOUBLE = struct.Struct("<d")
+_INT64 = struct.Struct("<q")
+_MAGNITUDE = (1 << 63) - 1
+
+
+def _order(room: float) -> int:
+    """An int that sorts as ``room`` does: its IEEE-754 bits, negatives mirrored.
+
+    Exact for every float but NaN; ``+ 0.0`` makes -0.0 the same int as 0.0.
+    """
+    bits: int = _INT64.unpack(_DOUBLE.pack(room + 0.0))[0]
+    return bits if bits >= 0 else -(bits & _MAGNITUDE)
 
 
 def primary_kind(demand: Resources) -> str:
@@ -38,13 +63,36 @@ def primary_kind(demand: Resources) -> str:
     return "cpu"
 
 
+class _Listing:
+    """A node's entry in the indexes by one kind, and those indexes."""
+
+    __slots__ = ("entry", "indexes")
+
+    def __init__(self, entry: int) -> None:
+        self.entry = entry
+        self.indexes: list[Index] = []
+
+
 class Pool:
     def __init__(self, snapshot: Snapshot, *, topology: bool = True) -> None:
         self.topology = topology
-        self._by_type: dict[str, list[str]] = {}
+        #: Per executor type, the nodes offering it; per (those nodes, affinity),
+        #: the ones warm with it (nodes by the id of their one shared tuple).
+        self._by_type: dict[str, tuple[str, ...]] = {}
+        self._offerings: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._warm: dict[tuple[int, frozenset[str]], tuple[str, ...]] = {}
         self._indexes: dict[IndexKey, Index] = {}
-        #: Per node and kind, the indexes by that kind the node is listed in.
-        self._node_indexes: dict[str, dict[str, list[Index]]] = {}
+        #: Indexes by (kind, nodes listed): keys with the same nodes share one.
+        self._shared: dict[tuple[str, tuple[str, ...]], Index] = {}
+        #: Per node and kind, its entry in the indexes by that kind and those indexes.
+        self._node_indexes: dict[str, dict[str, _Listing]] = {}
+        #: Node ids by rank (sorted) and the bits an entry keeps for the rank.
+        self._ids: list[str] = []
+        self._ranks: dict[str, int] = {}
+        self._rank_bits = 0
+        self._rank_mask = 0
+        #: ``_order(room) << rank bits`` by room: rooms repeat, struct calls add up.
+        self._room_keys: dict[float, int] = {}
         self.nodes: dict[str, Node] = {node.id: node for node in snapshot.nodes}
         self.free: dict[str, dict[str, float]] = {}
         self.total_free: dict[str, float] = {}
@@ -57,10 +105,15 @@ class Pool:
                 self.gpu_free[node.id] = [sorted(group) for group in node.gpu_groups]
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         self._non_lenders = [q for q in snapshot.quotas.values() if not q.lend_guarantee]
+        #: Every tenant lends its idle guarantee: borrowers need not leave any free.
+        self.lends_all = not self._non_lenders
         if snapshot.capacity is not None:
             self.total: dict[str, float] = dict(snapshot.capacity)
         else:
             self.total = dict(self.total_free)
+        #: Only ``leaves_unlent_guarantees`` reads ``total_free`` from here on:
+        #: running actions and placements keep it current only if it may be read.
+        self.keeps_total_free = not self.lends_all
         self.usage: dict[str, dict[str, float]] = {}
         #: Dominant-resource share per tenant, kept current by ``take``.
         self.shares: dict[str, float] = {}
@@ -69,7 +122,7 @@ class Pool:
     def _seed_running(self, snapshot: Snapshot) -> None:
         """Charge running actions: the indexes do not exist yet, so only room and usage."""
         frees = self.free
-        total_free = self.total_free
+        total_free = self.total_free if self.keeps_total_free else None
         gpu_free = self.gpu_free
         usages = self.usage
         for running in snapshot.running:
@@ -84,7 +137,8 @@ class Pool:
                 continue
             for kind, amount in allocation.items():
                 free[kind] = free.get(kind, 0.0) - amount
-                total_free[kind] = total_free.get(kind, 0.0) - amount
+                if total_free is not None:
+                    total_free[kind] = total_free.get(kind, 0.0) - amount
                 usage[kind] = usage.get(kind, 0.0) + amount
             if gpu_free and running.node in gpu_free and allocation.get("gpu", 0.0) > 0:
                 self._take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
@@ -100,41 +154,66 @@ class Pool:
     def take(
         self, tenant: str, node_id: str, allocation: Resources, gpus: tuple[str, ...] = ()
     ) -> None:
-        free = self.free.get(node_id)
-        if free is not None:
-            listed = self._node_indexes.get(node_id)
-            if listed:
-                for kind, indexes in listed.items():
-                    amount = allocation.get(kind)
-                    if amount:
-                        before = free.get(kind, 0.0)
-                        old = (before, node_id)
-                        new = (before - amount, node_id)
-                        for index in indexes:
-                            position = bisect_left(index, old)
-                            del index[position]
-                            if amount > 0:  # less room: the node moves towards the front
-                                insort(index, new, 0, position)
-                            else:
-                                insort(index, new)
-            total_free = self.total_free
-            for kind, amount in allocation.items():
-                free[kind] = free.get(kind, 0.0) - amount
-                total_free[kind] = total_free.get(kind, 0.0) - amount
-            if gpus or (node_id in self.gpu_free and allocation.get("gpu", 0.0) > 0):
-                groups = self.gpu_free.get(node_id)
-                if groups is not None:
-                    self._take_gpus(groups, gpus, int(round(allocation.get("gpu", 0.0))))
+        """Charge ``allocation`` to ``tenant`` on ``node_id``: room, indexes, usage, share."""
+        self.charge(tenant, node_id, self.plan(allocation), gpus)
+
+    def plan(self, allocation: Resources) -> Plan:
+        """What ``charge`` needs of an allocation, worked out once for many placements."""
+        items = tuple(
+            (kind, amount, self.total.get(kind, 0.0)) for kind, amount in allocation.items()
+        )
+        return items, allocation.get("gpu", 0.0)
+
+    def charge(self, tenant: str, node_id: str, plan: Plan, gpus: tuple[str, ...] = ()) -> None:
+        """``take`` with the allocation's ``plan``: one pass over it does it all.
+
+        This runs once per placement.
+        """
         usage = self.usage.get(tenant)
         if usage is None:
             usage = self.usage[tenant] = {}
         share = 0.0
-        total = self.total
-        for kind, amount in allocation.items():
-            used = usage[kind] = usage.get(kind, 0.0) + amount
-            capacity = total.get(kind, 0.0)
-            if capacity > 0 and used / capacity > share:
-                share = used / capacity
+        items, gpu = plan
+        free = self.free.get(node_id)
+        if free is None:
+            for kind, amount, capacity in items:
+                used = usage[kind] = usage.get(kind, 0.0) + amount
+                if capacity > 0 and used / capacity > share:
+                    share = used / capacity
+        else:
+            listed = self._node_indexes.get(node_id)
+            total_free = self.total_free if self.keeps_total_free else None
+            for kind, amount, capacity in items:
+                after = free[kind] = free.get(kind, 0.0) - amount
+                if total_free is not None:
+                    total_free[kind] = total_free.get(kind, 0.0) - amount
+                if listed and amount:
+                    listing = listed.get(kind)
+                    if listing is not None:
+                        # Re-position the node in each index by this kind. Entries
+                        # are unique, so a bisection finds it and insort its place.
+                        old = listing.entry
+                        room = self._room_keys.get(after)
+                        if room is None:
+                            room = self._room_key(after)
+                        new = listing.entry = room + (old & self._rank_mask)
+                        if new < old:  # less room: the node moves towards the front
+                            for index in listing.indexes:
+                                position = bisect_left(index, old)
+                                del index[position]
+                                insort(index, new, 0, position)
+                        else:
+                            for index in listing.indexes:
+                                position = bisect_left(index, old)
+                                del index[position]
+                                insort(index, new, position)
+                used = usage[kind] = usage.get(kind, 0.0) + amount
+                if capacity > 0 and used / capacity > share:
+                    share = used / capacity
+            if gpus or (gpu > 0 and node_id in self.gpu_free):
+                groups = self.gpu_free.get(node_id)
+                if groups is not None:
+                    self._take_gpus(groups, gpus, int(round(gpu)))
         if share > self.shares.get(tenant, 0.0):
             self.shares[tenant] = share
 
@@ -211,7 +290,7 @@ class Pool:
 
         Unlike ``total_free`` it is exact also when ``nodes`` lists only some nodes.
         """
-        used = sum(usage.get(kind, 0.0) for usage in self.usage.values())
+        used = sum([usage.get(kind, 0.0) for usage in self.usage.values()])
         return self.total.get(kind, 0.0) - used
 
     # -- placement --------------------------------------------------------
@@ -223,18 +302,70 @@ class Pool:
         if index is None:
             offering = self._by_type.get(action_type)
             if offering is None:
-                offering = self._by_type[action_type] = [
+                offering = tuple(
                     node.id for node in self.nodes.values() if action_type in node.executors
-                ]
-            index = []
-            for node_id in offering:
-                if affinity and not affinity <= self.nodes[node_id].warm:
-                    continue
-                index.append((self.free[node_id].get(kind, 0.0), node_id))
-                self._node_indexes.setdefault(node_id, {}).setdefault(kind, []).append(index)
-            index.sort()
+                )
+                # Types offered by the same nodes share one tuple (and the lists below).
+                offering = self._by_type[action_type] = self._offerings.setdefault(
+                    offering, offering
+                )
+            listed = self._warm.get((id(offering), affinity))
+            if listed is None:
+                if affinity:
+                    nodes = self.nodes
+                    listed = tuple(n for n in offering if affinity <= nodes[n].warm)
+                else:
+                    listed = offering
+                self._warm[(id(offering), affinity)] = listed
+            index = self._shared.get((kind, listed))
+            if index is None:
+                index = self._shared[(kind, listed)] = self._build(kind, listed)
             self._indexes[key] = index
         return index
+
+    def _build(self, kind: str, listed: tuple[str, ...]) -> Index:
+        """A new index of ``listed`` by room of ``kind``, kept sorted by ``take`` from now on."""
+        if not self._ids:
+            self._ids = sorted(self.nodes)
+            self._ranks = {node_id: rank for rank, node_id in enumerate(self._ids)}
+            self._rank_bits = max(len(self._ids) - 1, 1).bit_length()
+            self._rank_mask = (1 << self._rank_bits) - 1
+        frees = self.free
+        ranks = self._ranks
+        room_key = self._room_key
+        node_indexes = self._node_indexes
+        index: Index = []
+        for node_id in listed:
+            by_kind = node_indexes.get(node_id)
+            if by_kind is None:
+                by_kind = node_indexes[node_id] = {}
+            listing = by_kind.get(kind)
+            if listing is None:
+                room = frees[node_id].get(kind, 0.0)
+                listing = by_kind[kind] = _Listing(room_key(room) + ranks[node_id])
+            listing.indexes.append(index)
+            index.append(listing.entry)
+        index.sort()
+        return index
+
+    def _room_key(self, room: float) -> int:
+        """The part of an index entry that orders it by room: ``_order(room)`` shifted."""
+        key = self._room_keys.get(room)
+        if key is None:
+            key = self._room_keys[room] = _order(room) << self._rank_bits
+        return key
+
+    def listed(self, index: Index) -> list[str]:
+        """The node ids of ``index``, least room first."""
+        ids = self._ids
+        mask = self._rank_mask
+        return [ids[entry & mask] for entry in index]
+
+    def retire_indexes(self) -> None:
+        """Stop keeping indexes sorted: no search follows (a later ``_index`` builds afresh)."""
+        self._indexes.clear()
+        self._shared.clear()
+        self._node_indexes.clear()
 
     def best_fit(
         self,
@@ -260,7 +391,7 @@ class Pool:
         self, index: Index, need: float, needs: tuple[tuple[str, float], ...], gpus_needed: int
     ) -> tuple[str, tuple[str, ...]] | None:
         """``best_fit`` on an index: ``need`` of its kind, ``needs`` the demand's positive kinds."""
-        start = bisect_left(index, (need - EPSILON, ""))
+        start = bisect_left(index, _order(need - EPSILON) << self._rank_bits)
         return self._first_fitting(
             index, range(start, min(start + SCAN_LIMIT, len(index))), needs, gpus_needed
         )
@@ -284,8 +415,10 @@ class Pool:
         """The first node, in ``positions`` of ``index``, with room for every need."""
         frees = self.free
         gpu_free = self.gpu_free
+        ids = self._ids
+        mask = self._rank_mask
         for position in positions:
-            node_id = index[position][1]
+            node_id = ids[index[position] & mask]
             free = frees[node_id]
             for kind, amount in needs:
                 if amount > free.get(kind, 0.0) + EPSILON:

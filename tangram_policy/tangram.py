@@ -31,13 +31,16 @@ One round, from a snapshot, in four passes:
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 from tangram_policy.estimate import duration_at, expected_duration, type_priors
-from tangram_policy.pool import Index, Pool, primary_kind
+from tangram_policy.pool import _NO_USAGE, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
+    EPSILON,
     Decision,
     Elasticity,
     PendingAction,
@@ -45,6 +48,49 @@ from tangram_policy.types import (
     Resources,
     Snapshot,
 )
+
+_PlacementMaker = Callable[[str, str, Resources, int, str | None, tuple[str, ...]], Placement]
+
+
+def _placement_maker() -> _PlacementMaker:
+    """``Placement(...)`` at about half the cost, for a round's thousands of placements.
+
+    A frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; this sets Placement's slots through their
+    descriptors instead, which gives the same object (type, fields, equality,
+    hash). Should Placement's fields change or gain a ``__post_init__``, it
+    falls back to the class itself.
+    """
+    names = ("action_id", "node_id", "allocation", "units", "batch_id", "gpus")
+    if tuple(f.name for f in fields(Placement)) != names or hasattr(Placement, "__post_init__"):
+        return Placement
+    slots = vars(Placement)
+    set_action, set_node, set_allocation, set_units, set_batch, set_gpus = (
+        slots[name].__set__ for name in names
+    )
+    new = object.__new__
+
+    def placement(
+        action_id: str,
+        node_id: str,
+        allocation: Resources,
+        units: int,
+        batch_id: str | None,
+        gpus: tuple[str, ...],
+    ) -> Placement:
+        made = new(Placement)
+        set_action(made, action_id)
+        set_node(made, node_id)
+        set_allocation(made, allocation)
+        set_units(made, units)
+        set_batch(made, batch_id)
+        set_gpus(made, gpus)
+        return made
+
+    return placement
+
+
+_placement = _placement_maker()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +114,9 @@ class TangramConfig:
 
 
 Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...]]
-#: One schedulable unit: (key, first action id, expected work s, members, earliest submit).
-Entry = tuple[float, str, float, tuple[PendingAction, ...], float]
+#: One schedulable unit: (key, first action id, expected work s, first action,
+#: earliest submit, members of a batch: () for a single action).
+Entry = tuple[float, str, float, PendingAction, float, tuple[PendingAction, ...]]
 
 
 class _Class:
@@ -97,9 +144,14 @@ class _Class:
         "limit",
         "warm",
         "anywhere",
+        "batched",
+        "gains",
+        "plan",
     )
 
-    def __init__(self, head: PendingAction, demand: Resources, shape: int, pool: Pool) -> None:
+    def __init__(
+        self, head: PendingAction, demand: Resources, shape: int, pool: Pool, batched: bool = False
+    ) -> None:
         self.entries: list[Entry] = []
         self.position = 0
         self.tenant = head.tenant
@@ -117,26 +169,77 @@ class _Class:
         #: The node indexes placements try (nodes warm with its affinity, any node), once needed.
         self.warm: Index | None = None
         self.anywhere: Index | None = None
+        #: A batch group: its entries' actions may differ in affinity.
+        self.batched = batched
+        #: The gain group of its latest placed growable action.
+        self.gains: _GainGroup | None = None
+        self.plan = pool.plan(demand)
 
     def head_key(self) -> tuple[float, str]:
         entry = self.entries[self.position]
         return entry[0], entry[1]
 
 
-class _Placed:
-    __slots__ = ("cls", "members", "work_s", "node_id", "gpus", "units", "fixed_s", "extra")
+class _Target:
+    """Where pending actions alike go: their class's (or batch group's) entries."""
+
+    __slots__ = ("entries", "learned_s")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        #: The learned duration estimate, once needed (-1: not yet).
+        self.learned_s = -1.0
+
+
+class _GainGroup:
+    """Placed single actions of one class whose extra units gain alike: equal
+    elasticity, demand, expected work and setup. ``expand`` works their first
+    unit's gain out once for all of them, and what else it needs of an action
+    (tenant, unit, id, node, GPUs) is here or in its placement.
+    """
+
+    __slots__ = (
+        "tenant",
+        "allocation",
+        "alike",
+        "elasticity",
+        "demand",
+        "work_s",
+        "fixed_s",
+        "outs",
+    )
 
     def __init__(
-        self, cls: _Class, entry: Entry, node_id: str, gpus: list[str], units: int, fixed_s: float
+        self,
+        cls: _Class,
+        elasticity: Elasticity,
+        demand: Resources,
+        work_s: float,
+        fixed_s: float,
     ) -> None:
-        self.cls = cls
-        self.members = entry[3]
-        self.work_s = entry[2]
-        self.node_id = node_id
-        self.gpus = gpus
-        self.units = units
+        # Not the class itself: it holds this group, and a cycle would outlive the round.
+        self.tenant = cls.tenant
+        #: What each member was placed with (the class's demand).
+        self.allocation = cls.demand
+        self.alike = (elasticity, demand, work_s, fixed_s)
+        self.elasticity = elasticity
+        self.demand = demand
+        self.work_s = work_s
         #: Seconds before the run that more units do not shorten (setup on a cold node).
         self.fixed_s = fixed_s
+        #: Where the members' placements are in the round's output, in order.
+        self.outs: list[int] = []
+
+
+class _Grown:
+    """The units, GPUs and extra resources ``expand`` gave a placed action."""
+
+    __slots__ = ("group", "units", "gpus", "extra")
+
+    def __init__(self, group: _GainGroup, units: int, gpus: tuple[str, ...]) -> None:
+        self.group = group
+        self.units = units
+        self.gpus = gpus
         self.extra: dict[str, float] = {}
 
 
@@ -151,6 +254,23 @@ class TangramPolicy:
     def decide(self, snapshot: Snapshot) -> Decision:
         if not snapshot.pending or not snapshot.nodes:
             return Decision()
+        collecting = gc.isenabled()
+        gc.disable()  # see _decide
+        try:
+            return self._decide(snapshot)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _decide(self, snapshot: Snapshot) -> Decision:
+        """The round, with the cyclic garbage collector held off (``decide``).
+
+        A large round allocates ~10^5 short-lived tuples and records, none in
+        reference cycles (reference counting frees them). Left on, the
+        collector would run over and over during the round, each pass walking
+        the snapshot and whatever the caller holds, for 10-20% of the round's
+        time and nothing to collect.
+        """
         config = self.config
         pool = Pool(snapshot, topology=config.topology)
         round_ = _Round(pool, config, snapshot.now)
@@ -170,32 +290,17 @@ class TangramPolicy:
         classes: dict[tuple[object, ...], _Class] = {}
         shapes: dict[Shape, int] = {}
         signatures: dict[int, tuple[tuple[str, float], ...]] = {}
-        estimates: dict[tuple[str, str], float] = {}
         batchable: dict[tuple[str, str, str], list[Entry]] = {}
         #: Where an action's entry goes, by what decides it (demand by identity).
-        targets: dict[tuple[object, ...], list[Entry]] = {}
+        targets: dict[tuple[object, ...], _Target] = {}
         aging = config.aging_rate
         ordering = config.ordering
         batching = config.batching
         for action in snapshot.pending:
-            tenant = action.tenant
-            if action.duration_hint_s is None:
-                pair = (tenant, action.type)
-                work = estimates.get(pair, -1.0)
-                if work < 0:
-                    work = estimates[pair] = expected_duration(action, stats, priors)
-            else:
-                work = expected_duration(action, stats, priors)
-            if ordering:
-                priority = action.priority
-                scaled = work if priority == 0 else work * 2.0 ** (-priority)
-                key = scaled + aging * action.submitted_at
-            else:
-                key = action.submitted_at - 1e9 * action.priority
             demand = action.demand
             spec = (
                 id(demand),
-                tenant,
+                action.tenant,
                 action.type,
                 action.affinity,
                 action.batch_key,
@@ -203,8 +308,9 @@ class TangramPolicy:
             )
             target = targets.get(spec)
             if target is None:
+                tenant = action.tenant
                 if batching and action.batch_key is not None and action.batch_limit > 1:
-                    target = batchable.setdefault((action.batch_key, tenant, action.type), [])
+                    entries = batchable.setdefault((action.batch_key, tenant, action.type), [])
                 else:
                     signature = signatures.get(id(demand))
                     if signature is None:
@@ -216,33 +322,54 @@ class TangramPolicy:
                             (action.type, action.affinity, signature), len(shapes)
                         )
                         cls = classes[class_key] = _Class(action, demand, shape, pool)
-                    target = cls.entries
-                targets[spec] = target
-            target.append((key, action.id, work, (action,), action.submitted_at))
+                    entries = cls.entries
+                target = targets[spec] = _Target(entries)
+            if action.duration_hint_s is None:
+                work = target.learned_s
+                if work < 0:  # not yet worked out (it is the same for the tenant and type)
+                    work = target.learned_s = expected_duration(action, stats, priors)
+            else:
+                work = expected_duration(action, stats, priors)
+            submitted = action.submitted_at
+            if ordering:
+                priority = action.priority
+                scaled = work if priority == 0 else work * 2.0 ** (-priority)
+                key = scaled + aging * submitted
+            else:
+                key = submitted - 1e9 * action.priority
+            target.entries.append((key, action.id, work, action, submitted, ()))
         out = list(classes.values())
         for cls in out:
             cls.entries.sort()
         for entries in batchable.values():
             entries.sort()
-            head = entries[0][3][0]
+            head = entries[0][3]
             size = self._batch_size(pool, head, len(entries))
             largest: dict[str, float] = {}
-            for entry in entries:
-                for kind, amount in entry[3][0].demand.items():
+            # Members mostly share demand objects; a repeat cannot change a maximum.
+            demands = {id(entry[3].demand): entry[3].demand for entry in entries}
+            for demand in demands.values():
+                for kind, amount in demand.items():
                     largest[kind] = max(largest.get(kind, 0.0), amount)
             shape = shapes.setdefault(
                 (head.type, head.affinity, tuple(sorted(largest.items()))), len(shapes)
             )
-            cls = _Class(head, largest, shape, pool)
+            cls = _Class(head, largest, shape, pool, batched=True)
+            if size == 1:  # a batch of one is the entry itself
+                cls.entries = entries
+                out.append(cls)
+                continue
             for start in range(0, len(entries), size):
                 chunk = entries[start : start + size]
+                first = chunk[0]
                 cls.entries.append(
                     (
-                        chunk[0][0],
-                        chunk[0][1],
-                        max(e[2] for e in chunk),
-                        tuple(e[3][0] for e in chunk),
-                        min(e[4] for e in chunk),
+                        first[0],
+                        first[1],
+                        max([e[2] for e in chunk]),
+                        first[3],
+                        min([e[4] for e in chunk]),
+                        tuple([e[3] for e in chunk]),
                     )
                 )
             out.append(cls)
@@ -259,7 +386,7 @@ class TangramPolicy:
         if need <= 0:
             return 1
         slots = 0
-        for _, node_id in pool._index(action.type, frozenset(), kind):
+        for node_id in pool.listed(pool._index(action.type, frozenset(), kind)):
             slots += int(pool.free[node_id].get(kind, 0.0) / need + 1e-9)
             if slots >= count:
                 return 1
@@ -271,7 +398,10 @@ class _Round:
         self.pool = pool
         self.config = config
         self.now = now
-        self.placed: list[_Placed] = []
+        #: The round's placements, in order, built as entries are placed (data at hand).
+        self.out: list[Placement] = []
+        #: Placed single actions that may take more units than their minimum, by gain group.
+        self.gain_groups: list[_GainGroup] = []
         #: Shapes that found no room: room only shrinks within a round.
         self.no_room: set[int] = set()
         #: Kinds some action waits for: later actions (all / borrowers) leave them.
@@ -279,6 +409,7 @@ class _Round:
         self.reserved_from_borrowers: set[str] = set()
         #: Kinds some action found no room of: extra elastic units leave them.
         self.contended: set[str] = set()
+        self.elastic = config.elastic  # read once per placement
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
         reserved_all = self.reserved_all
@@ -287,21 +418,84 @@ class _Round:
             return False
         return any(kind in reserved_all or kind in reserved for kind, _ in cls.needs)
 
-    def _place(self, cls: _Class, *, guaranteed: bool) -> bool:
-        """Place the class's head entry; False when the rest of the class cannot go either."""
-        if cls.shape in self.no_room or self._blocked(cls, borrower=not guaranteed):
+    def _place(self, cls: _Class, guaranteed: bool) -> bool:
+        """Place the class's head entry; False when the rest of the class cannot go either.
+
+        Warm nodes first, then any node. Best fit, or for an action that may
+        grow while its unit kind is uncontended, the node with the most room.
+        """
+        if cls.shape in self.no_room:
+            return False
+        if (self.reserved_all or not guaranteed and self.reserved_from_borrowers) and self._blocked(
+            cls, borrower=not guaranteed
+        ):
             return False
         entry = cls.entries[cls.position]
-        if self._try(cls, entry):
-            cls.position += 1
+        head = entry[3]
+        members = entry[5]
+        elasticity = head.elasticity
+        roomiest = (
+            self.elastic
+            and len(members) <= 1
+            and elasticity.max_units > elasticity.min_units
+            and elasticity.unit_kind not in self.contended
+        )
+        pool = self.pool
+        found = None
+        warm = cls.warm
+        if warm is None and cls.affinity and self.config.affinity:
+            warm = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
+        if warm is not None:
+            if roomiest:
+                found = pool.roomiest(warm, cls.needs, cls.gpus_needed)
+            else:
+                found = pool.fit(warm, cls.need, cls.needs, cls.gpus_needed)
+        # Found warm with the class's affinity, which is the action's (unless a batch group's).
+        warmed = found is not None and not cls.batched
+        if found is None:
+            anywhere = cls.anywhere
+            if anywhere is None:
+                anywhere = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
+            if roomiest:
+                found = pool.roomiest(anywhere, cls.needs, cls.gpus_needed)
+            else:
+                found = pool.fit(anywhere, cls.need, cls.needs, cls.gpus_needed)
+            if found is None:
+                self.no_room.add(cls.shape)
+                kind = cls.kind
+                self.contended.add(kind)
+                if self.now - entry[4] >= self.config.starvation_s:
+                    self.reserved_all.add(kind)
+                elif guaranteed:
+                    self.reserved_from_borrowers.add(kind)
+                return False
+        node_id, gpus = found
+        pool.charge(cls.tenant, node_id, cls.plan, gpus)
+        cls.position += 1
+        units = max(elasticity.min_units, 1)
+        out = self.out
+        if len(members) > 1:  # a batch: one execution, each member its share
+            share = {kind: amount / len(members) for kind, amount in cls.demand.items()}
+            batch_id = f"batch:{head.id}"
+            for member in members:
+                out.append(_placement(member.id, node_id, share, units, batch_id, gpus))
             return True
-        kind = cls.kind
-        self.contended.add(kind)
-        if self.now - entry[4] >= self.config.starvation_s:
-            self.reserved_all.add(kind)
-        elif guaranteed:
-            self.reserved_from_borrowers.add(kind)
-        return False
+        if self.elastic and units < elasticity.max_units:
+            fixed_s = 0.0 if warmed else self._setup_s(head, node_id)
+            alike = (elasticity, head.demand, entry[2], fixed_s)
+            group = cls.gains
+            if group is None or group.alike != alike:
+                group = cls.gains = _GainGroup(cls, *alike)
+                self.gain_groups.append(group)
+            group.outs.append(len(out))
+        out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
+        return True
+
+    def _setup_s(self, action: PendingAction, node_id: str) -> float:
+        """Setup ``action`` costs on ``node_id``: none where the node is warm with its affinity."""
+        affinity = action.affinity
+        cold = bool(affinity) and not affinity <= self.pool.nodes[node_id].warm
+        return action.setup_s if cold else 0.0
 
     def serve_guarantees(self, classes: list[_Class]) -> dict[str, list[_Class]]:
         """Place, in key order, every entry within its tenant's guarantee.
@@ -319,32 +513,12 @@ class _Round:
                 borrowers.setdefault(cls.tenant, []).append(cls)
                 heapq.heappop(heap)
                 continue
-            if not self._place(cls, guaranteed=True) or cls.position >= len(cls.entries):
+            if not self._place(cls, True) or cls.position >= len(cls.entries):  # guaranteed
                 heapq.heappop(heap)
                 continue
             entry = cls.entries[cls.position]
             heapq.heapreplace(heap, (entry[0], entry[1], position))
         return borrowers
-
-    def _borrow_next(self, heap: list[tuple[float, str, int]], classes: list[_Class]) -> bool:
-        """Try the tenant's next entry by key; whether one was placed."""
-        position = heap[0][2]
-        cls = classes[position]
-        pool = self.pool
-        if (
-            cls.shape in self.no_room
-            or not pool.within(cls.tenant, cls.limit)
-            or not pool.leaves_unlent_guarantees(cls.tenant, cls.demand)
-            or not self._place(cls, guaranteed=False)
-        ):
-            heapq.heappop(heap)
-            return False
-        if cls.position >= len(cls.entries):
-            heapq.heappop(heap)
-        else:
-            entry = cls.entries[cls.position]
-            heapq.heapreplace(heap, (entry[0], entry[1], position))
-        return True
 
     def borrow_fairly(self, borrowers: dict[str, list[_Class]]) -> None:
         """Lowest dominant share / weight first; a tenant keeps its turn while still lowest."""
@@ -359,70 +533,81 @@ class _Round:
         while turns:
             _, tenant = heapq.heappop(turns)
             queue = queues[tenant]
-            classes = borrowers[tenant]
-            next_share = turns[0][0] if turns else float("inf")
-            while queue:
-                if self._borrow_next(queue, classes):
-                    share = self._share(tenant)
-                    if share > next_share:
-                        if queue:
-                            heapq.heappush(turns, (share, tenant))
-                        break
+            next_share = turns[0][0] if turns else math.inf
+            share = self._borrow(
+                queue, borrowers[tenant], (tenant, self._weight(tenant), next_share)
+            )
+            if share is not None and queue:
+                heapq.heappush(turns, (share, tenant))
 
     def borrow_in_order(self, borrowers: dict[str, list[_Class]]) -> None:
         """Borrowers in key order regardless of tenant (the fair-share ablation)."""
         classes = [cls for tenant in sorted(borrowers) for cls in borrowers[tenant]]
         heap = [(*cls.head_key(), i) for i, cls in enumerate(classes)]
         heapq.heapify(heap)
+        self._borrow(heap, classes, None)
+
+    def _borrow(
+        self,
+        heap: list[tuple[float, str, int]],
+        classes: list[_Class],
+        turn: tuple[str, float, float] | None,
+    ) -> float | None:
+        """Place borrowing entries in key order (``heap`` over ``classes``) while they may.
+
+        With ``turn`` (tenant, weight, the next tenant's share) it stops once the
+        tenant's share / weight passes the next one's and returns that share;
+        otherwise it runs until the heap is empty and returns None. A class
+        leaves the heap when its head entry is over its limit, would take a
+        non-lent idle guarantee or a reserved kind, or finds no room.
+        """
+        pool = self.pool
+        usages = pool.usage
+        shares = pool.shares
+        lends_all = pool.lends_all
+        no_room = self.no_room
+        heappop = heapq.heappop
+        heapreplace = heapq.heapreplace
+        tenant, weight, next_share = turn if turn is not None else ("", 1.0, math.inf)
         while heap:
-            self._borrow_next(heap, classes)
+            position = heap[0][2]
+            cls = classes[position]
+            if cls.shape in no_room:
+                heappop(heap)
+                continue
+            usage = usages.get(cls.tenant, _NO_USAGE)
+            for kind, amount, ceiling in cls.limit:
+                if usage.get(kind, 0.0) + amount > ceiling:
+                    break
+            else:
+                if (lends_all or pool.leaves_unlent_guarantees(cls.tenant, cls.demand)) and (
+                    self._place(cls, False)  # not guaranteed: positional, a faster call
+                ):
+                    entries = cls.entries
+                    if cls.position >= len(entries):
+                        heappop(heap)
+                    else:
+                        entry = entries[cls.position]
+                        heapreplace(heap, (entry[0], entry[1], position))
+                    if turn is not None:
+                        share = shares.get(tenant, 0.0) / weight
+                        if share > next_share:
+                            return share
+                    continue
+            heappop(heap)
+        return None
+
+    def _weight(self, tenant: str) -> float:
+        quota = self.pool.quotas.get(tenant)
+        return quota.weight if quota and quota.weight > 0 else 1.0
 
     def _share(self, tenant: str) -> float:
-        quota = self.pool.quotas.get(tenant)
-        weight = quota.weight if quota and quota.weight > 0 else 1.0
-        return self.pool.dominant_share(tenant) / weight
-
-    def _try(self, cls: _Class, entry: Entry) -> bool:
-        pool = self.pool
-        found = None
-        if self.config.affinity and cls.affinity:
-            warm = cls.warm
-            if warm is None:
-                warm = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
-            found = self._fit(cls, entry, warm)
-        if found is None:
-            anywhere = cls.anywhere
-            if anywhere is None:
-                anywhere = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
-            found = self._fit(cls, entry, anywhere)
-        if found is None:
-            self.no_room.add(cls.shape)
-            return False
-        node_id, gpus = found
-        pool.take(cls.tenant, node_id, cls.demand, gpus)
-        head = entry[3][0]
-        units = max(head.elasticity.min_units, 1)
-        cold = bool(head.affinity) and not head.affinity <= pool.nodes[node_id].warm
-        fixed_s = head.setup_s if cold else 0.0
-        self.placed.append(_Placed(cls, entry, node_id, list(gpus), units, fixed_s))
-        return True
-
-    def _fit(self, cls: _Class, entry: Entry, index: Index) -> tuple[str, tuple[str, ...]] | None:
-        """Best fit, or for an action that may grow, the node with the most room."""
-        members = entry[3]
-        elasticity = members[0].elasticity
-        if (
-            self.config.elastic
-            and len(members) == 1
-            and elasticity.max_units > elasticity.min_units
-            and elasticity.unit_kind not in self.contended
-        ):
-            return self.pool.roomiest(index, cls.needs, cls.gpus_needed)
-        return self.pool.fit(index, cls.need, cls.needs, cls.gpus_needed)
+        return self.pool.dominant_share(tenant) / self._weight(tenant)
 
     def expand(self) -> None:
         """Give leftover room to elastic actions, largest expected saving first."""
         pool = self.pool
+        pool.retire_indexes()  # no more best-fit searches: stop keeping node indexes sorted
         config = self.config
         budget: dict[str, float] = {}
         threshold: dict[str, float] = {}
@@ -431,46 +616,84 @@ class _Round:
                 continue
             budget[kind] = pool.unused(kind) - config.headroom * total
             threshold[kind] = self._threshold(kind)
-        heap: list[tuple[float, int]] = []
-        for position, placed in enumerate(self.placed):
-            gain = self._gain(placed, threshold)
-            if gain is not None:
-                heap.append((-gain, position))
-        heapq.heapify(heap)
-        while heap:
-            _, position = heapq.heappop(heap)
-            placed = self.placed[position]
-            action = placed.members[0]
-            elasticity = action.elasticity
+        memo: dict[tuple[int, float, int, float], tuple[float, float]] = {}
+        #: Candidates: (-seconds saved, placement in ``out``, unit, gain group);
+        #: placements are in round order, so ties go as placed.
+        heap: list[tuple[float, int, float, _GainGroup]] = []
+        #: Per unit kind, the smallest unit a candidate asks: once the budget is
+        #: below it, no candidate of that kind can take one.
+        smallest: dict[str, float] = {}
+        for group in self.gain_groups:  # all still at their minimum units
+            elasticity = group.elasticity
+            units = max(elasticity.min_units, 1)
+            gain = self._gain(elasticity, group.work_s, units, group.fixed_s, threshold, memo)
             kind = elasticity.unit_kind
-            unit = action.demand.get(kind, 0.0) / max(elasticity.min_units, 1)
-            if unit <= 0 or budget.get(kind, 0.0) < unit:
+            unit = group.demand.get(kind, 0.0) / units
+            if gain is not None and unit > 0:
+                heap.extend([(-gain, at, unit, group) for at in group.outs])
+                if unit < smallest.get(kind, math.inf):
+                    smallest[kind] = unit
+        live = {kind for kind, unit in smallest.items() if budget.get(kind, 0.0) >= unit}
+        heapq.heapify(heap)
+        quotas = pool.quotas
+        usages = pool.usage
+        out = self.out
+        #: Per (unit kind, unit), the plan of one unit for ``Pool.charge``.
+        plans: dict[tuple[str, float], Plan] = {}
+        grown: dict[int, _Grown] = {}
+        while heap and live:
+            _, at, unit, group = heapq.heappop(heap)
+            elasticity = group.elasticity
+            kind = elasticity.unit_kind
+            if budget[kind] < unit:
                 continue
-            extra = {kind: unit}
-            if pool.free[placed.node_id].get(kind, 0.0) + 1e-9 < unit:
+            node_id = out[at].node_id
+            if pool.free[node_id].get(kind, 0.0) + 1e-9 < unit:
                 continue
-            if not pool.within_limit(action.tenant, extra) or not (
-                pool.leaves_unlent_guarantees(action.tenant, extra)
-            ):
-                continue
-            gpus: tuple[str, ...] = ()
-            if kind == "gpu" and placed.node_id in pool.gpu_free:
-                if placed.gpus and self.config.topology:
-                    group = pool.free_in_group_of(placed.node_id, placed.gpus[0])
-                else:
-                    group = [g for grp in pool.gpu_free[placed.node_id] for g in grp]
-                if not group or unit != 1:
+            tenant = group.tenant
+            quota = quotas.get(tenant)
+            if quota is not None and kind in quota.limit:  # pool.within_limit, for one unit
+                used = usages.get(tenant, _NO_USAGE).get(kind, 0.0)
+                if used + unit > quota.limit[kind] + EPSILON:
                     continue
-                gpus = (group[0],)
-            pool.take(action.tenant, placed.node_id, extra, gpus)
+            one = {kind: unit}
+            if not (pool.lends_all or pool.leaves_unlent_guarantees(tenant, one)):
+                continue
+            state = grown.get(at)
+            held = out[at].gpus if state is None else state.gpus
+            more: tuple[str, ...] = ()
+            if kind == "gpu" and node_id in pool.gpu_free:
+                if held and self.config.topology:
+                    free_gpus = pool.free_in_group_of(node_id, held[0])
+                else:
+                    free_gpus = [g for grp in pool.gpu_free[node_id] for g in grp]
+                if not free_gpus or unit != 1:
+                    continue
+                more = (free_gpus[0],)
+            plan = plans.get((kind, unit))
+            if plan is None:
+                plan = plans[(kind, unit)] = pool.plan(one)
+            pool.charge(tenant, node_id, plan, more)
             budget[kind] -= unit
+            if budget[kind] < smallest[kind]:
+                live.discard(kind)
             threshold[kind] = self._threshold(kind)
-            placed.units += 1
-            placed.gpus.extend(gpus)
-            placed.extra[kind] = placed.extra.get(kind, 0.0) + unit
-            gain = self._gain(placed, threshold)
+            if state is None:
+                state = grown[at] = _Grown(group, max(elasticity.min_units, 1), held)
+            state.units += 1
+            state.gpus += more
+            state.extra[kind] = state.extra.get(kind, 0.0) + unit
+            gain = self._gain(elasticity, group.work_s, state.units, group.fixed_s, threshold, memo)
             if gain is not None:
-                heapq.heappush(heap, (-gain, position))
+                heapq.heappush(heap, (-gain, at, unit, group))
+        for at, state in grown.items():  # their placements, with the extra units
+            allocation = dict(state.group.allocation)
+            for kind, amount in state.extra.items():
+                allocation[kind] = allocation.get(kind, 0.0) + amount
+            placement = out[at]
+            out[at] = _placement(
+                placement.action_id, placement.node_id, allocation, state.units, None, state.gpus
+            )
 
     def _threshold(self, kind: str) -> float:
         """The fraction of its time an extra unit must save at the kind's current load.
@@ -485,48 +708,30 @@ class _Round:
         return self.config.min_gain * load / (1.0 - load)
 
     @staticmethod
-    def _gain(placed: _Placed, threshold: dict[str, float]) -> float | None:
-        """Seconds one more unit saves, if worth it at the kind's load."""
-        if len(placed.members) != 1:
+    def _gain(
+        elasticity: Elasticity,
+        work_s: float,
+        units: int,
+        fixed_s: float,
+        threshold: dict[str, float],
+        memo: dict[tuple[int, float, int, float], tuple[float, float]],
+    ) -> float | None:
+        """Seconds one more unit saves, if worth it at the kind's load.
+
+        ``memo`` keeps (seconds saved, whole run) per (elasticity, work, units, setup).
+        """
+        if units >= elasticity.max_units or elasticity.unit_kind not in threshold:
             return None
-        elasticity: Elasticity = placed.members[0].elasticity
-        if placed.units >= elasticity.max_units or elasticity.unit_kind not in threshold:
-            return None
-        now_s = duration_at(elasticity, placed.work_s, placed.units)
-        next_s = duration_at(elasticity, placed.work_s, placed.units + 1)
-        saved = now_s - next_s
-        whole_s = placed.fixed_s + now_s
+        key = (id(elasticity), work_s, units, fixed_s)
+        known = memo.get(key)
+        if known is None:
+            now_s = duration_at(elasticity, work_s, units)
+            next_s = duration_at(elasticity, work_s, units + 1)
+            known = memo[key] = (now_s - next_s, fixed_s + now_s)
+        saved, whole_s = known
         if whole_s <= 0 or saved / whole_s < threshold[elasticity.unit_kind]:
             return None
         return saved
 
     def placements(self) -> list[Placement]:
-        out: list[Placement] = []
-        for placed in self.placed:
-            members = placed.members
-            demand = placed.cls.demand
-            if len(members) == 1:
-                allocation = dict(demand)
-                if placed.extra:
-                    for kind, amount in placed.extra.items():
-                        allocation[kind] = allocation.get(kind, 0.0) + amount
-                out.append(
-                    Placement(
-                        members[0].id,
-                        placed.node_id,
-                        allocation,
-                        placed.units,
-                        None,
-                        tuple(placed.gpus),
-                    )
-                )
-                continue
-            share = {kind: amount / len(members) for kind, amount in demand.items()}
-            batch_id = f"batch:{members[0].id}"
-            for member in members:
-                out.append(
-                    Placement(
-                        member.id, placed.node_id, share, placed.units, batch_id, tuple(placed.gpus)
-                    )
-                )
-        return out
+        return self.out
