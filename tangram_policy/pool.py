@@ -193,7 +193,7 @@ class Pool:
                         # Re-position the node in each index by this kind. Entries
                         # are unique, so a bisection finds it and insort its place.
                         old = listing.entry
-                        room = self._room_keys.get(after)
+                        room = self._room_keys.get(after)  # _room_key's memo, inline: hot
                         if room is None:
                             room = self._room_key(after)
                         new = listing.entry = room + (old & self._rank_mask)
@@ -391,7 +391,7 @@ class Pool:
         self, index: Index, need: float, needs: tuple[tuple[str, float], ...], gpus_needed: int
     ) -> tuple[str, tuple[str, ...]] | None:
         """``best_fit`` on an index: ``need`` of its kind, ``needs`` the demand's positive kinds."""
-        start = bisect_left(index, _order(need - EPSILON) << self._rank_bits)
+        start = bisect_left(index, self._room_key(need - EPSILON))
         return self._first_fitting(
             index, range(start, min(start + SCAN_LIMIT, len(index))), needs, gpus_needed
         )

@@ -40,7 +40,6 @@ from dataclasses import dataclass, fields
 from tangram_policy.estimate import duration_at, expected_duration, type_priors
 from tangram_policy.pool import _NO_USAGE, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
-    EPSILON,
     Decision,
     Elasticity,
     PendingAction,
@@ -446,20 +445,14 @@ class _Round:
         if warm is None and cls.affinity and self.config.affinity:
             warm = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
         if warm is not None:
-            if roomiest:
-                found = pool.roomiest(warm, cls.needs, cls.gpus_needed)
-            else:
-                found = pool.fit(warm, cls.need, cls.needs, cls.gpus_needed)
+            found = self._search(cls, warm, roomiest)
         # Found warm with the class's affinity, which is the action's (unless a batch group's).
         warmed = found is not None and not cls.batched
         if found is None:
             anywhere = cls.anywhere
             if anywhere is None:
                 anywhere = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
-            if roomiest:
-                found = pool.roomiest(anywhere, cls.needs, cls.gpus_needed)
-            else:
-                found = pool.fit(anywhere, cls.need, cls.needs, cls.gpus_needed)
+            found = self._search(cls, anywhere, roomiest)
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -490,6 +483,14 @@ class _Round:
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
+
+    def _search(
+        self, cls: _Class, index: Index, roomiest: bool
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """A node in ``index`` for the class's demand: the roomiest, or the best fit."""
+        if roomiest:
+            return self.pool.roomiest(index, cls.needs, cls.gpus_needed)
+        return self.pool.fit(index, cls.need, cls.needs, cls.gpus_needed)
 
     def _setup_s(self, action: PendingAction, node_id: str) -> float:
         """Setup ``action`` costs on ``node_id``: none where the node is warm with its affinity."""
@@ -576,7 +577,7 @@ class _Round:
                 heappop(heap)
                 continue
             usage = usages.get(cls.tenant, _NO_USAGE)
-            for kind, amount, ceiling in cls.limit:
+            for kind, amount, ceiling in cls.limit:  # Pool.within, inline: once per attempt
                 if usage.get(kind, 0.0) + amount > ceiling:
                     break
             else:
@@ -635,8 +636,6 @@ class _Round:
                     smallest[kind] = unit
         live = {kind for kind, unit in smallest.items() if budget.get(kind, 0.0) >= unit}
         heapq.heapify(heap)
-        quotas = pool.quotas
-        usages = pool.usage
         out = self.out
         #: Per (unit kind, unit), the plan of one unit for ``Pool.charge``.
         plans: dict[tuple[str, float], Plan] = {}
@@ -651,12 +650,9 @@ class _Round:
             if pool.free[node_id].get(kind, 0.0) + 1e-9 < unit:
                 continue
             tenant = group.tenant
-            quota = quotas.get(tenant)
-            if quota is not None and kind in quota.limit:  # pool.within_limit, for one unit
-                used = usages.get(tenant, _NO_USAGE).get(kind, 0.0)
-                if used + unit > quota.limit[kind] + EPSILON:
-                    continue
             one = {kind: unit}
+            if not pool.within_limit(tenant, one):
+                continue
             if not (pool.lends_all or pool.leaves_unlent_guarantees(tenant, one)):
                 continue
             state = grown.get(at)
