@@ -31,6 +31,10 @@ def agent_tokens_revoke(*, tokens: QuerySet[AgentToken]) -> int:
     return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
+#: The fields ``assignment_of`` (and the assigned event) reads: load only these.
+ASSIGNMENT_FIELDS = ("id", "attempt", "type", "payload", "allocation", "units", "timeout_s", "node")
+
+
 def assignment_of(action: Action) -> Assignment:
     return {
         "id": str(action.pk),

@@ -1,16 +1,34 @@
-"""The scheduler's read: one consistent snapshot of the pool for the policy."""
+"""The scheduler's read: one consistent snapshot of what a round can change.
+
+A round hands the policy what the simulator hands it (the ``Snapshot``
+contract's partial view): only the online nodes that could take some queued
+action now (one of its types, room for its demand), each with that room as
+its capacity; tenant usage as one entry per tenant; the pool's total
+capacity. Full nodes and the rows of running actions never reach the policy,
+and when no node could take anything the queue itself is not read: a wake-up
+that cannot place anything costs a few small queries.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import Count, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from apps.actions.models import PLACED_STATES, Action, ActionDurationStat, ActionState
+from apps.actions.selectors import add_resources
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
 from tangram_policy.types import (
+    EPSILON,
     DurationStat,
     Elasticity,
     PendingAction,
+    Resources,
     RunningAction,
     Snapshot,
     TenantQuota,
@@ -20,6 +38,30 @@ from tangram_policy.types import Node as PolicyNode
 #: The policy sees at most this many queued actions per round, highest priority and oldest first.
 MAX_PENDING_PER_ROUND = 10_000
 NOT_ELASTIC = Elasticity()
+
+
+class _Decoded:
+    """JSON columns read as text and decoded once per distinct value.
+
+    A queue holds thousands of actions of a few kinds: decoding each row's
+    demand anew was most of a round's read, and shared objects also let the
+    policy group alike actions by identity.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], Any] = {}
+
+    def get(self, column: str, text: str | None, build: Callable[[Any], Any] | None = None) -> Any:
+        key = (column, text or "")
+        value = self._seen.get(key, self)
+        if value is self:
+            raw = json.loads(text) if text else None
+            value = self._seen[key] = build(raw) if build is not None else raw
+        return value
+
+
+def _as_text(column: str) -> Cast:
+    return Cast(column, output_field=TextField())
 
 
 def _quotas() -> dict[str, TenantQuota]:
@@ -50,65 +92,132 @@ def _duration_stats() -> dict[tuple[str, str], DurationStat]:
     }
 
 
-def scheduling_snapshot() -> Snapshot:
-    now = timezone.now()
-    nodes = tuple(
-        PolicyNode(
-            id=str(n.id),
-            capacity={k: float(v) for k, v in n.capacity.items()},
-            executors=frozenset(n.executors),
-            warm=frozenset(n.warm),
-        )
-        for n in Node.objects.filter(state=Node.State.ONLINE).order_by("name")
+def _held(decoded: _Decoded) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """What assigned and running actions hold: per node id, and per tenant id."""
+    by_node: dict[str, dict[str, float]] = {}
+    by_tenant: dict[str, dict[str, float]] = {}
+    held = (
+        Action.objects.filter(state__in=PLACED_STATES)
+        .annotate(allocation_text=_as_text("allocation"))
+        .values_list("tenant_id", "node_id", "allocation_text")
+        .annotate(count=Count("id"))
+        .order_by()
     )
-    pending = tuple(
-        PendingAction(
-            id=str(a["id"]),
-            tenant=str(a["tenant_id"]),
-            type=a["type"],
-            demand=a["demand"],
-            submitted_at=a["submitted_at"].timestamp(),
-            priority=a["priority"],
-            job=a["job"],
-            trajectory=a["trajectory"],
-            duration_hint_s=a["duration_hint_s"],
-            elasticity=Elasticity(**a["elasticity"]) if a["elasticity"] else NOT_ELASTIC,
-            affinity=frozenset(a["affinity"]),
-        )
-        for a in Action.objects.filter(state=ActionState.QUEUED)
+    for tenant_id, node_id, text, count in held:
+        allocation = decoded.get("allocation", text) or {}
+        amounts = {kind: float(amount) * count for kind, amount in allocation.items()}
+        add_resources(by_tenant.setdefault(str(tenant_id), {}), amounts)
+        if node_id is not None:
+            add_resources(by_node.setdefault(str(node_id), {}), amounts)
+    return by_node, by_tenant
+
+
+def _queued_demands(decoded: _Decoded) -> dict[str, list[Resources]]:
+    """Per action type, the distinct demands queued (a few, however long the queue)."""
+    demands: dict[str, list[Resources]] = {}
+    for type_, text in (
+        Action.objects.filter(state=ActionState.QUEUED)
+        .annotate(demand_text=_as_text("demand"))
+        .values_list("type", "demand_text")
+        .order_by()
+        .distinct()
+    ):
+        demands.setdefault(type_, []).append(decoded.get("demand", text) or {})
+    return demands
+
+
+def _can_take(room: Resources, executors: list[str], demands: dict[str, list[Resources]]) -> bool:
+    return any(
+        all(float(amount) <= room.get(kind, 0.0) + EPSILON for kind, amount in demand.items())
+        for type_ in executors
+        for demand in demands.get(type_, ())
+    )
+
+
+def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
+    rows = (
+        Action.objects.filter(state=ActionState.QUEUED)
         .order_by("-priority", "submitted_at")
-        .values(
+        .annotate(
+            demand_text=_as_text("demand"),
+            elasticity_text=_as_text("elasticity"),
+            affinity_text=_as_text("affinity"),
+        )
+        .values_list(
             "id",
             "tenant_id",
             "type",
-            "demand",
+            "demand_text",
             "submitted_at",
             "priority",
             "job",
             "trajectory",
             "duration_hint_s",
-            "elasticity",
-            "affinity",
+            "elasticity_text",
+            "affinity_text",
         )[:MAX_PENDING_PER_ROUND]
     )
+    return tuple(
+        PendingAction(
+            id=str(id_),
+            tenant=str(tenant_id),
+            type=type_,
+            demand=decoded.get("demand", demand),
+            submitted_at=submitted_at.timestamp(),
+            priority=priority,
+            job=job,
+            trajectory=trajectory,
+            duration_hint_s=hint,
+            elasticity=decoded.get(
+                "elasticity", elasticity, lambda raw: Elasticity(**raw) if raw else NOT_ELASTIC
+            ),
+            affinity=decoded.get("affinity", affinity, lambda raw: frozenset(raw or ())),
+        )
+        for (
+            id_,
+            tenant_id,
+            type_,
+            demand,
+            submitted_at,
+            priority,
+            job,
+            trajectory,
+            hint,
+            elasticity,
+            affinity,
+        ) in rows
+    )
+
+
+def scheduling_snapshot() -> Snapshot:
+    now = timezone.now()
+    decoded = _Decoded()
+    held_by_node, usage = _held(decoded)
+    demands = _queued_demands(decoded)
+    capacity: dict[str, float] = {}
+    useful: list[PolicyNode] = []
+    for node_id, node_capacity, executors, warm in (
+        Node.objects.filter(state=Node.State.ONLINE)
+        .order_by("name")
+        .values_list("id", "capacity", "executors", "warm")
+    ):
+        add_resources(capacity, node_capacity)
+        held = held_by_node.get(str(node_id), {})
+        room: Resources = {
+            kind: float(amount) - held.get(kind, 0.0) for kind, amount in node_capacity.items()
+        }
+        if _can_take(room, executors, demands):
+            useful.append(PolicyNode(str(node_id), room, frozenset(executors), frozenset(warm)))
     running = tuple(
-        RunningAction(
-            id=str(a["id"]),
-            tenant=str(a["tenant_id"]),
-            type=a["type"],
-            node=str(a["node_id"]),
-            allocation=a["allocation"],
-            started_at=(a["started_at"] or a["assigned_at"]).timestamp(),
-        )
-        for a in Action.objects.filter(state__in=PLACED_STATES).values(
-            "id", "tenant_id", "type", "node_id", "allocation", "started_at", "assigned_at"
-        )
+        RunningAction(f"usage:{tenant}", tenant, "", "", used, 0.0)
+        for tenant, used in sorted(usage.items())
     )
     return Snapshot(
         now=now.timestamp(),
-        nodes=nodes,
+        nodes=tuple(useful),
         quotas=_quotas(),
-        pending=pending,
+        pending=_pending(decoded) if useful else (),
         running=running,
         duration_stats=_duration_stats(),
+        capacity=capacity,
     )

@@ -10,8 +10,11 @@ from django.db import connection
 from apps.actions.models import Action, ActionEvent
 from apps.inventory.selectors import node_used
 from apps.inventory.services import nodes_reap_lost
-from apps.scheduling.services import schedule_round
+from apps.scheduling.selectors import scheduling_snapshot
+from apps.scheduling.services import WRITE_CHUNK, _assign, schedule_round
 from apps.tenants.services import quota_set
+from tangram_policy.registry import get_policy
+from tangram_policy.types import Placement
 from tests.factories import ActionFactory, NodeFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -152,3 +155,91 @@ def test_affinity_prefers_the_warm_node(settings):
     schedule_round()
     action.refresh_from_db()
     assert action.node == warm
+
+
+def test_a_large_round_writes_every_placement_as_decided(settings):
+    """More placements than one UPDATE writes: each lands with its node, allocation, units."""
+    settings.TANGRAM_POLICY = "tangram"
+    for name in ("a", "b", "c"):
+        NodeFactory(name=name, capacity={"cpu": 2000, "memory": 1_000_000})
+    tenant = TenantFactory()
+    elastic = {"min_units": 1, "max_units": 2, "parallel_fraction": 0.95, "unit_kind": "cpu"}
+    Action.objects.bulk_create(
+        ActionFactory.build(
+            tenant=tenant, demand={"cpu": 1, "memory": 16}, elasticity=elastic if i % 2 else {}
+        )
+        for i in range(WRITE_CHUNK * 2 + 500)
+    )
+    decision = get_policy("tangram").decide(scheduling_snapshot())
+    assert len(decision.placements) == WRITE_CHUNK * 2 + 500
+
+    assert schedule_round().placed == len(decision.placements)
+    written = {
+        str(pk): (str(node_id), allocation, units)
+        for pk, node_id, allocation, units in Action.objects.filter(state="assigned").values_list(
+            "pk", "node_id", "allocation", "units"
+        )
+    }
+    assert written == {
+        p.action_id: (p.node_id, dict(p.allocation), p.units) for p in decision.placements
+    }
+    assert {units for _, _, units in written.values()} == {1, 2}  # rigid and widened rows
+    assert ActionEvent.objects.filter(state="assigned").count() == len(written)
+
+
+def test_a_placement_of_an_action_cancelled_since_the_snapshot_is_not_written():
+    node = NodeFactory()
+    kept, cancelled = ActionFactory.create_batch(2, demand={"cpu": 1})
+    Action.objects.filter(pk=cancelled.pk).update(state="cancelled")
+    placements = [
+        Placement(str(a.pk), str(node.pk), {"cpu": 2.0}, units=2) for a in (cancelled, kept)
+    ]
+    from django.utils import timezone
+
+    assigned = _assign(placements, timezone.now())
+    assert [a.pk for a in assigned] == [kept.pk]
+    kept.refresh_from_db()
+    cancelled.refresh_from_db()
+    assert (kept.state, kept.node, kept.units) == ("assigned", node, 2)
+    assert kept.allocation == {"cpu": 2.0}
+    assert (cancelled.state, cancelled.node, cancelled.units) == ("cancelled", None, 1)
+
+
+def test_the_snapshot_hands_the_policy_only_nodes_that_could_take_a_queued_action():
+    full = NodeFactory(name="full", capacity={"cpu": 2, "memory": 100})
+    no_cores = NodeFactory(name="no-cores", capacity={"cpu": 1, "memory": 100})
+    roomy = NodeFactory(name="roomy", capacity={"cpu": 4, "memory": 100})
+    NodeFactory(name="other-type", executors=["reward.model"])
+    NodeFactory(name="gone", capacity={"cpu": 64, "memory": 100}, state="offline")
+    a, b = TenantFactory(name="a"), TenantFactory(name="b")
+    for tenant, node, allocation in (
+        (a, full, {"cpu": 1, "memory": 50}),
+        (b, full, {"cpu": 1, "memory": 50}),
+        (b, no_cores, {"cpu": 1, "memory": 10}),
+        (a, roomy, {"cpu": 3, "memory": 10}),
+    ):
+        ActionFactory(tenant=tenant, state="running", node=node, allocation=allocation)
+    ActionFactory.create_batch(3, tenant=b, demand={"cpu": 1, "memory": 16})
+
+    snapshot = scheduling_snapshot()
+    assert [(n.id, dict(n.capacity)) for n in snapshot.nodes] == [
+        (str(roomy.pk), {"cpu": 1.0, "memory": 90.0})
+    ]
+    assert {r.tenant: dict(r.allocation) for r in snapshot.running} == {
+        str(a.pk): {"cpu": 4.0, "memory": 60.0},
+        str(b.pk): {"cpu": 2.0, "memory": 60.0},
+    }
+    assert snapshot.capacity == {"cpu": 11.0, "memory": 8492.0}  # online nodes only
+    assert len(snapshot.pending) == 3
+    assert len({id(p.demand) for p in snapshot.pending}) == 1  # decoded once, shared
+
+
+def test_a_round_with_no_room_anywhere_does_not_read_the_queue(django_assert_max_num_queries):
+    node = NodeFactory(capacity={"cpu": 1, "memory": 100})
+    ActionFactory(state="running", node=node, allocation={"cpu": 1, "memory": 100})
+    ActionFactory.create_batch(5, demand={"cpu": 1})
+    with django_assert_max_num_queries(8):
+        report = schedule_round()
+    assert (report.pending, report.placed) == (0, 0)
+    Action.objects.filter(state="running").update(state="succeeded")
+    assert schedule_round().placed == 1
