@@ -99,7 +99,7 @@ class _Node:
 
 
 class _Trajectory:
-    __slots__ = ("task", "index", "turns", "turn", "reward_s", "lease", "wait_s")
+    __slots__ = ("task", "step", "index", "turns", "turn", "reward_s", "lease", "wait_s")
 
     def __init__(
         self,
@@ -109,6 +109,7 @@ class _Trajectory:
         reward_s: float,
     ) -> None:
         self.task = task
+        self.step = task.step
         self.index = index
         self.turns = turns
         self.turn = 0
@@ -177,13 +178,20 @@ class _Action:
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """An action submitted from outside the RL loop (a replayed trace)."""
+    """An action submitted from outside the RL loop (a replayed trace).
+
+    Open loop, it arrives ``at``. Closed loop (``after`` names another arrival's
+    id), it arrives ``think_s`` after that arrival finishes, whatever ``at`` says.
+    """
 
     at: float
     type: str
     tenant: str
     base_s: float
     id: str = ""
+    trajectory: str = ""
+    after: str = ""
+    think_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -197,6 +205,8 @@ class ActionRecord:
     node: str
     units: int
     base_s: float
+    #: ``<task>/<step>/<index>`` in a simulated run; a replay keeps the trace's.
+    trajectory: str = ""
 
     @property
     def act_s(self) -> float:
@@ -308,30 +318,51 @@ class Simulation:
                 self._groups_of_type.setdefault(executor, set()).add(node.group)
         self._makespan = 0.0
         self._runs: list[_TaskRun] = []
+        #: Replays only: each arrival's trajectory, and the arrivals waiting on an action id.
+        self._trajectory_of: dict[str, str] = {}
+        self._waiting: dict[str, list[tuple[_Action, float]]] = {}
         if arrivals is not None:
             if self.static:
-                raise ValueError("static needs trajectories; an action trace has none")
-            types = workload.action_types()
-            for arrival in arrivals:
-                action_type = types.get(arrival.type)
-                if action_type is None:
-                    raise ValueError(f"trace type {arrival.type!r} is not in {workload.name}")
-                self._ids += 1
-                action = _Action(
-                    arrival.id or f"a{self._ids}",
-                    action_type,
-                    arrival.tenant,
-                    None,
-                    arrival.at,
-                    arrival.base_s,
+                raise ValueError(
+                    "static holds a sandbox for a trajectory's whole life; an action trace "
+                    "does not say when its trajectories began and ended"
                 )
-                self._push(arrival.at, _SUBMIT, action)
+            self._load_arrivals(arrivals)
             return
         for task in workload.tasks:
             lease = _lease_type(task) if self.static else None
             run = _TaskRun(task, lease)
             self._runs.append(run)
             self._push(task.start_s, _STEP, run)
+
+    def _load_arrivals(self, arrivals: Iterable[Arrival]) -> None:
+        types = self.workload.action_types()
+        ids: set[str] = set()
+        for arrival in arrivals:
+            action_type = types.get(arrival.type)
+            if action_type is None:
+                raise ValueError(f"trace type {arrival.type!r} is not in {self.workload.name}")
+            self._ids += 1
+            action = _Action(
+                arrival.id or f"a{self._ids}",
+                action_type,
+                arrival.tenant,
+                None,
+                arrival.at,
+                arrival.base_s,
+            )
+            if action.id in ids:
+                raise ValueError(f"trace action {action.id!r} appears twice")
+            ids.add(action.id)
+            if arrival.trajectory:
+                self._trajectory_of[action.id] = arrival.trajectory
+            if arrival.after:
+                self._waiting.setdefault(arrival.after, []).append((action, arrival.think_s))
+            else:
+                self._push(arrival.at, _SUBMIT, action)
+        unknown = sorted(set(self._waiting) - ids)
+        if unknown:
+            raise ValueError(f"trace actions wait on {unknown[0]!r}, which is not in the trace")
 
     # -- event plumbing ------------------------------------------------------
 
@@ -372,6 +403,8 @@ class Simulation:
                 f"{self.policy_name}: {len(self.pending)} actions never placed "
                 f"(first: {next(iter(self.pending))})"
             )
+        if self._waiting and not self.truncated:
+            raise ValueError(f"trace actions wait in a cycle (on {min(self._waiting)!r})")
         return SimResult(
             policy=self.policy_name,
             workload=self.workload.name,
@@ -728,6 +761,7 @@ class Simulation:
             self.stats.get(key),
             work_at_min_units(action.type.elasticity, action.run_s, action.units),
         )
+        trajectory = action.trajectory
         if self.keep_records or self.on_record is not None:
             record = ActionRecord(
                 action.id,
@@ -739,14 +773,30 @@ class Simulation:
                 action.node.id if action.node else "",
                 action.units,
                 action.base_s,
+                f"{trajectory.task.task.name}/{trajectory.step}/{trajectory.index}"
+                if trajectory is not None
+                else self._trajectory_of.get(action.id, ""),
             )
             if self.keep_records:
                 self.records.append(record)
             if self.on_record is not None:
                 self.on_record(record)
-        trajectory = action.trajectory
         if trajectory is not None:
             self._next_turn(trajectory)
+        elif self._waiting:
+            self._arrive_after(action)
+
+    def _arrive_after(self, action: _Action) -> None:
+        """Closed-loop replay: the arrivals that waited on ``action`` come after their think time.
+
+        With none, they are submitted at once, as the RL loop submits a reward call.
+        """
+        for follower, think_s in self._waiting.pop(action.id, ()):
+            follower.submitted = follower.origin = self.now + think_s
+            if think_s > 0:
+                self._push(follower.submitted, _SUBMIT, follower)
+            else:
+                self._submit(follower)
 
 
 def _lease_type(task: Task) -> ActionType | None:

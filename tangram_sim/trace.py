@@ -3,19 +3,37 @@
 One JSON object per line, one line per finished action::
 
     {"id": "a17", "tenant": "team-a", "type": "math.python", "submitted": 12.5,
-     "started": 12.5, "finished": 15.1, "node": "cpu-3", "units": 1, "base_s": 2.3}
+     "started": 12.5, "finished": 15.1, "node": "cpu-3", "units": 1, "base_s": 2.3,
+     "trajectory": "math/0/41"}
 
-``base_s`` is the run time at the action's minimum units (for a live run:
-observed run time x the speedup of the units it ran on). A live scheduler can
-write the same lines from its finished actions; replaying needs a workload
-whose tasks declare the trace's types (``<task>.<type>``) and the pool.
-A replay is open-loop: each action arrives at its recorded submit time,
-whatever the policy does, so it compares ACT, not step times; ``static`` has
-no trajectories to replay and is refused.
+Times are seconds from the start of the run. ``base_s`` is the run time at the
+action's minimum units (for a live run: observed run time x the Amdahl speedup
+of the units it ran on). ``trajectory`` is optional. ``python -m
+tangram_sim.trace record`` writes a simulated run; ``python manage.py
+tangram_trace`` writes a live one from its finished actions. Replaying needs
+a workload whose tasks declare the trace's types (``<task>.<type>``) and the
+pool.
+
+A line without a trajectory is replayed open loop: it arrives at its recorded
+submit time, whatever the policy does. Lines with one are replayed closed loop,
+so that a faster policy gets a trajectory's later actions sooner: an action
+waits on the action of its trajectory that last finished (as recorded) before
+it was submitted, and arrives at that action's replayed finish plus the
+recorded gap between the two (the LLM's think time). An action with no such
+predecessor (the trajectory's first, or one submitted while all earlier ones
+still ran, as parallel tool calls are) arrives at its recorded submit time.
+ACT and the makespan then compare policies; RL step times do not, as a trace
+holds no step barriers.
+
+``static`` is refused: it binds a sandbox to a trajectory from the trajectory's
+start to its end, think time before the first action and after the last
+included, and a trace records only the actions, so the sandbox's lifetime (the
+very cost static pays) would be made up.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
@@ -26,13 +44,27 @@ from tangram_policy.types import Policy
 from tangram_sim.sim import ActionRecord, Arrival, SimResult, Simulation
 from tangram_sim.workload import Workload
 
-FIELDS = ("id", "tenant", "type", "submitted", "started", "finished", "node", "units", "base_s")
+FIELDS = (
+    "id",
+    "tenant",
+    "type",
+    "submitted",
+    "started",
+    "finished",
+    "node",
+    "units",
+    "base_s",
+    "trajectory",
+)
 
 
 def write_trace(records: Iterable[ActionRecord], out: IO[str]) -> int:
     count = 0
     for record in records:
-        out.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
+        line = asdict(record)
+        if not line["trajectory"]:
+            del line["trajectory"]
+        out.write(json.dumps(line, separators=(",", ":")) + "\n")
         count += 1
     return count
 
@@ -56,12 +88,49 @@ def read_trace(path: str | Path) -> Iterator[ActionRecord]:
                 node=str(raw.get("node", "")),
                 units=int(raw.get("units", 1)),
                 base_s=float(raw["base_s"]),
+                trajectory=str(raw.get("trajectory") or ""),
             )
 
 
+def trace_arrivals(records: Iterable[ActionRecord]) -> list[Arrival]:
+    """The arrivals of a replay, in recorded submit order, each trajectory's chained."""
+    ordered = sorted(records, key=lambda r: (r.submitted, r.id))
+    # Per (tenant, trajectory): a heap of earlier actions by recorded finish, and of
+    # those finished by the current submit, the last to finish (finish, submit, id).
+    unfinished: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+    latest: dict[tuple[str, str], tuple[float, float, str]] = {}
+    arrivals = []
+    for r in ordered:
+        if not r.trajectory:
+            arrivals.append(Arrival(r.submitted, r.type, r.tenant, r.base_s, r.id))
+            continue
+        if r.finished < 0:
+            raise ValueError(f"trace action {r.id!r}: a line with a trajectory needs 'finished'")
+        key = (r.tenant, r.trajectory)
+        earlier = unfinished.setdefault(key, [])
+        while earlier and earlier[0][0] <= r.submitted:
+            done = heapq.heappop(earlier)
+            if key not in latest or done > latest[key]:
+                latest[key] = done
+        before = latest.get(key)
+        arrivals.append(
+            Arrival(
+                r.submitted,
+                r.type,
+                r.tenant,
+                r.base_s,
+                r.id,
+                r.trajectory,
+                after=before[2] if before else "",
+                think_s=r.submitted - before[0] if before else 0.0,
+            )
+        )
+        heapq.heappush(earlier, (r.finished, r.submitted, r.id))
+    return arrivals
+
+
 def replay(records: Iterable[ActionRecord], workload: Workload, policy: str | Policy) -> SimResult:
-    arrivals = [Arrival(r.submitted, r.type, r.tenant, r.base_s, r.id) for r in records]
-    arrivals.sort(key=lambda a: (a.at, a.id))
+    arrivals = trace_arrivals(records)
     return Simulation(workload, policy, keep_records=True, arrivals=arrivals).run()
 
 
@@ -99,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = replay(records, workload, name).summary()
         sys.stdout.write(
             f"{name:<24} mean ACT {summary['mean_act_s']:8.2f}s  p99 {summary['p99_act_s']:8.2f}s"
-            f"  {summary['actions']} actions\n"
+            f"  makespan {summary['makespan_s']:8.1f}s  {summary['actions']} actions\n"
         )
     return 0
 

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404
 
-from apps.actions.models import Action
+from apps.actions.models import Action, ActionState
+from apps.core.exceptions import ApplicationError
+from apps.tenants.models import Tenant
 from apps.tenants.selectors import Principal
+from tangram_policy.estimate import work_at_min_units
+from tangram_policy.types import Elasticity
+from tangram_sim.sim import ActionRecord
+
+#: Finished states whose run a trace replays; a cancelled action's run was cut short.
+TRACED_STATES = (ActionState.SUCCEEDED, ActionState.FAILED, ActionState.TIMED_OUT)
 
 
 def add_resources(into: dict[str, float], amounts: dict[str, Any]) -> None:
@@ -44,3 +54,74 @@ def action_list(*, principal: Principal, filters: dict[str, str]) -> QuerySet[Ac
 def action_state(*, action_id: str) -> str | None:
     """Unscoped: callers check access first (the long-poll re-reads it often)."""
     return Action.objects.filter(pk=action_id).values_list("state", flat=True).first()
+
+
+def action_trace(
+    *,
+    tenants: Sequence[str] = (),
+    jobs: Sequence[str] = (),
+    since: datetime | None = None,
+    task: str | None = None,
+) -> list[ActionRecord]:
+    """Finished actions as ``tangram_sim.trace`` records, in submit order; unscoped (operators).
+
+    Times are seconds after the first submit. ``base_s`` is the run time at
+    minimum units (the observed run undone by the Amdahl speedup of its units),
+    as the simulator keeps it. Types become ``<task>.<type>``, ``task`` being
+    each action's job unless one is given, so that a workload with a task per
+    job replays the trace. Trajectories are prefixed with the job, since
+    clients number them per job. A requeued action keeps its last attempt's run.
+    """
+    actions = Action.objects.filter(
+        state__in=TRACED_STATES, started_at__isnull=False, finished_at__isnull=False
+    )
+    if tenants:
+        known = set(Tenant.objects.filter(name__in=tenants).values_list("name", flat=True))
+        unknown = [name for name in tenants if name not in known]
+        if unknown:
+            raise ApplicationError(f"No tenant named {unknown[0]!r}.", field="tenant")
+        actions = actions.filter(tenant__name__in=tenants)
+    if jobs:
+        actions = actions.filter(job__in=jobs)
+    if since is not None:
+        actions = actions.filter(submitted_at__gte=since)
+    rows = actions.order_by("submitted_at", "id").values(
+        "id",
+        "tenant__name",
+        "job",
+        "trajectory",
+        "type",
+        "submitted_at",
+        "started_at",
+        "finished_at",
+        "node__name",
+        "units",
+        "elasticity",
+    )
+    records: list[ActionRecord] = []
+    start: datetime | None = None
+    for row in rows:
+        prefix = task or row["job"]
+        if not prefix:
+            raise ApplicationError(
+                f"Action {row['id']} has no job to name its workload task; give a task name.",
+                field="task",
+            )
+        start = start or row["submitted_at"]
+        run_s = max((row["finished_at"] - row["started_at"]).total_seconds(), 0.0)
+        elasticity = Elasticity(**row["elasticity"]) if row["elasticity"] else Elasticity()
+        records.append(
+            ActionRecord(
+                id=str(row["id"]),
+                tenant=row["tenant__name"],
+                type=f"{prefix}.{row['type']}",
+                submitted=(row["submitted_at"] - start).total_seconds(),
+                started=(row["started_at"] - start).total_seconds(),
+                finished=(row["finished_at"] - start).total_seconds(),
+                node=row["node__name"] or "",
+                units=row["units"],
+                base_s=work_at_min_units(elasticity, run_s, row["units"]),
+                trajectory=f"{row['job']}/{row['trajectory']}" if row["trajectory"] else "",
+            )
+        )
+    return records
