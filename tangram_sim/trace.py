@@ -44,19 +44,6 @@ from tangram_policy.types import Policy
 from tangram_sim.sim import ActionRecord, Arrival, SimResult, Simulation
 from tangram_sim.workload import Workload
 
-FIELDS = (
-    "id",
-    "tenant",
-    "type",
-    "submitted",
-    "started",
-    "finished",
-    "node",
-    "units",
-    "base_s",
-    "trajectory",
-)
-
 
 def write_trace(records: Iterable[ActionRecord], out: IO[str]) -> int:
     count = 0
