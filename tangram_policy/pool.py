@@ -137,9 +137,10 @@ class Pool:
                 continue
             for kind, amount in allocation.items():
                 free[kind] = free.get(kind, 0.0) - amount
-                if total_free is not None:
-                    total_free[kind] = total_free.get(kind, 0.0) - amount
                 usage[kind] = usage.get(kind, 0.0) + amount
+            if total_free is not None:
+                for kind, amount in allocation.items():
+                    total_free[kind] = total_free.get(kind, 0.0) - amount
             if gpu_free and running.node in gpu_free and allocation.get("gpu", 0.0) > 0:
                 self._take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
         total = self.total
@@ -164,10 +165,19 @@ class Pool:
         )
         return items, allocation.get("gpu", 0.0)
 
-    def charge(self, tenant: str, node_id: str, plan: Plan, gpus: tuple[str, ...] = ()) -> None:
+    def charge(
+        self,
+        tenant: str,
+        node_id: str,
+        plan: Plan,
+        gpus: tuple[str, ...] = (),
+        found_in: Index | None = None,
+        found_at: int = 0,
+    ) -> None:
         """``take`` with the allocation's ``plan``: one pass over it does it all.
 
-        This runs once per placement.
+        This runs once per placement. ``found_in`` is an index ``find`` found
+        the node in, at ``found_at``: the node need not be searched for there.
         """
         usage = self.usage.get(tenant)
         if usage is None:
@@ -199,12 +209,18 @@ class Pool:
                         new = listing.entry = room + (old & self._rank_mask)
                         if new < old:  # less room: the node moves towards the front
                             for index in listing.indexes:
-                                position = bisect_left(index, old)
+                                if index is found_in:
+                                    position = found_at
+                                else:
+                                    position = bisect_left(index, old)
                                 del index[position]
                                 insort(index, new, 0, position)
                         else:
                             for index in listing.indexes:
-                                position = bisect_left(index, old)
+                                if index is found_in:
+                                    position = found_at
+                                else:
+                                    position = bisect_left(index, old)
                                 del index[position]
                                 insort(index, new, position)
                 used = usage[kind] = usage.get(kind, 0.0) + amount
@@ -259,9 +275,6 @@ class Pool:
             return False
         usage = self.usage.get(tenant, _NO_USAGE)
         return not any(usage.get(kind, 0.0) + amount > ceiling for kind, amount, ceiling in caps)
-
-    def within_limit(self, tenant: str, demand: Resources) -> bool:
-        return self.within(tenant, self.limit_caps(tenant, demand))
 
     def leaves_unlent_guarantees(self, tenant: str, demand: Resources) -> bool:
         """Whether a borrower taking ``demand`` leaves others' non-lent idle guarantee free."""
@@ -385,36 +398,30 @@ class Pool:
         needs = tuple((k, amount) for k, amount in demand.items() if amount > 0)
         gpus_needed = int(round(demand.get("gpu", 0.0)))
         index = self._index(action_type, affinity, kind)
-        return self.fit(index, demand.get(kind, 0.0), needs, gpus_needed)
+        found = self.find(index, demand.get(kind, 0.0), needs, gpus_needed, roomiest=False)
+        return None if found is None else found[1:]
 
-    def fit(
-        self, index: Index, need: float, needs: tuple[tuple[str, float], ...], gpus_needed: int
-    ) -> tuple[str, tuple[str, ...]] | None:
-        """``best_fit`` on an index: ``need`` of its kind, ``needs`` the demand's positive kinds."""
-        start = bisect_left(index, self._room_key(need - EPSILON))
-        return self._first_fitting(
-            index, range(start, min(start + SCAN_LIMIT, len(index))), needs, gpus_needed
-        )
-
-    def roomiest(
-        self, index: Index, needs: tuple[tuple[str, float], ...], gpus_needed: int
-    ) -> tuple[str, tuple[str, ...]] | None:
-        """The fitting node with the most room of the index's kind: room for an action to grow."""
-        last = len(index) - 1
-        return self._first_fitting(
-            index, range(last, max(last - SCAN_LIMIT, -1), -1), needs, gpus_needed
-        )
-
-    def _first_fitting(
+    def find(
         self,
         index: Index,
-        positions: range,
+        need: float,
         needs: tuple[tuple[str, float], ...],
         gpus_needed: int,
-    ) -> tuple[str, tuple[str, ...]] | None:
-        """The first node, in ``positions`` of ``index``, with room for every need."""
+        roomiest: bool,
+    ) -> tuple[int, str, tuple[str, ...]] | None:
+        """A node in ``index`` with room for every one of ``needs``, its position there, its GPUs.
+
+        The roomiest such node (room for an action to grow), or the best fit:
+        the one with the least room of the index's kind that still holds
+        ``need``. ``charge`` takes the position so as not to search for it again.
+        """
+        if roomiest:
+            last = len(index) - 1
+            positions = range(last, last - SCAN_LIMIT if last >= SCAN_LIMIT else -1, -1)
+        else:
+            start = bisect_left(index, self._room_key(need - EPSILON))
+            positions = range(start, min(start + SCAN_LIMIT, len(index)))
         frees = self.free
-        gpu_free = self.gpu_free
         ids = self._ids
         mask = self._rank_mask
         for position in positions:
@@ -424,12 +431,12 @@ class Pool:
                 if amount > free.get(kind, 0.0) + EPSILON:
                     break
             else:
-                if gpus_needed and node_id in gpu_free:
+                if gpus_needed and node_id in self.gpu_free:
                     gpus = self.pick_gpus(node_id, gpus_needed)
                     if gpus is None:
                         continue
-                    return node_id, gpus
-                return node_id, ()
+                    return position, node_id, gpus
+                return position, node_id, ()
         return None
 
     def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from tangram_policy.estimate import duration_at, expected_duration, type_priors
-from tangram_policy.pool import _NO_USAGE, Index, Plan, Pool, primary_kind
+from tangram_policy.pool import _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
     Decision,
     Elasticity,
@@ -422,9 +422,8 @@ class _Round:
 
         Warm nodes first, then any node. Best fit, or for an action that may
         grow while its unit kind is uncontended, the node with the most room.
+        The caller has checked that the class's shape may still find room.
         """
-        if cls.shape in self.no_room:
-            return False
         if (self.reserved_all or not guaranteed and self.reserved_from_borrowers) and self._blocked(
             cls, borrower=not guaranteed
         ):
@@ -441,18 +440,16 @@ class _Round:
         )
         pool = self.pool
         found = None
-        warm = cls.warm
-        if warm is None and cls.affinity and self.config.affinity:
-            warm = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
-        if warm is not None:
-            found = self._search(cls, warm, roomiest)
-        # Found warm with the class's affinity, which is the action's (unless a batch group's).
-        warmed = found is not None and not cls.batched
+        index = cls.warm
+        if index is None and cls.affinity and self.config.affinity:
+            index = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
+        if index is not None:
+            found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
         if found is None:
-            anywhere = cls.anywhere
-            if anywhere is None:
-                anywhere = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
-            found = self._search(cls, anywhere, roomiest)
+            index = cls.anywhere
+            if index is None:
+                index = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
+            found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -462,10 +459,14 @@ class _Round:
                 elif guaranteed:
                     self.reserved_from_borrowers.add(kind)
                 return False
-        node_id, gpus = found
-        pool.charge(cls.tenant, node_id, cls.plan, gpus)
+            warmed = False
+        else:
+            # Warm with the class's affinity, which is the action's (unless a batch group's).
+            warmed = not cls.batched
+        position, node_id, gpus = found
+        pool.charge(cls.tenant, node_id, cls.plan, gpus, index, position)
         cls.position += 1
-        units = max(elasticity.min_units, 1)
+        units = elasticity.min_units if elasticity.min_units > 1 else 1
         out = self.out
         if len(members) > 1:  # a batch: one execution, each member its share
             share = {kind: amount / len(members) for kind, amount in cls.demand.items()}
@@ -483,14 +484,6 @@ class _Round:
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
-
-    def _search(
-        self, cls: _Class, index: Index, roomiest: bool
-    ) -> tuple[str, tuple[str, ...]] | None:
-        """A node in ``index`` for the class's demand: the roomiest, or the best fit."""
-        if roomiest:
-            return self.pool.roomiest(index, cls.needs, cls.gpus_needed)
-        return self.pool.fit(index, cls.need, cls.needs, cls.gpus_needed)
 
     def _setup_s(self, action: PendingAction, node_id: str) -> float:
         """Setup ``action`` costs on ``node_id``: none where the node is warm with its affinity."""
@@ -514,7 +507,11 @@ class _Round:
                 borrowers.setdefault(cls.tenant, []).append(cls)
                 heapq.heappop(heap)
                 continue
-            if not self._place(cls, True) or cls.position >= len(cls.entries):  # guaranteed
+            if (
+                cls.shape in self.no_room
+                or not self._place(cls, True)  # guaranteed
+                or cls.position >= len(cls.entries)
+            ):
                 heapq.heappop(heap)
                 continue
             entry = cls.entries[cls.position]
@@ -618,9 +615,11 @@ class _Round:
             budget[kind] = pool.unused(kind) - config.headroom * total
             threshold[kind] = self._threshold(kind)
         memo: dict[tuple[int, float, int, float], tuple[float, float]] = {}
-        #: Candidates: (-seconds saved, placement in ``out``, unit, gain group);
-        #: placements are in round order, so ties go as placed.
-        heap: list[tuple[float, int, float, _GainGroup]] = []
+        #: Candidates: (-seconds saved, placement in ``out``, unit, gain group,
+        #: where in the group's placements the next one is, or 0 for none);
+        #: placements are in round order, so ties go as placed. A group's first
+        #: units all gain alike, so it is one candidate at a time, in order.
+        heap: list[tuple[float, int, float, _GainGroup, int]] = []
         #: Per unit kind, the smallest unit a candidate asks: once the budget is
         #: below it, no candidate of that kind can take one.
         smallest: dict[str, float] = {}
@@ -631,7 +630,7 @@ class _Round:
             kind = elasticity.unit_kind
             unit = group.demand.get(kind, 0.0) / units
             if gain is not None and unit > 0:
-                heap.extend([(-gain, at, unit, group) for at in group.outs])
+                heap.append((-gain, group.outs[0], unit, group, 1))
                 if unit < smallest.get(kind, math.inf):
                     smallest[kind] = unit
         live = {kind for kind, unit in smallest.items() if budget.get(kind, 0.0) >= unit}
@@ -639,9 +638,16 @@ class _Round:
         out = self.out
         #: Per (unit kind, unit), the plan of one unit for ``Pool.charge``.
         plans: dict[tuple[str, float], Plan] = {}
+        #: Per (tenant, unit kind, unit), what the tenant's limit bounds of one unit.
+        caps: dict[tuple[str, str, float], Caps] = {}
         grown: dict[int, _Grown] = {}
         while heap and live:
-            _, at, unit, group = heapq.heappop(heap)
+            saved, at, unit, group, following = heap[0]
+            outs = group.outs
+            if following and following < len(outs):
+                heapq.heapreplace(heap, (saved, outs[following], unit, group, following + 1))
+            else:
+                heapq.heappop(heap)
             elasticity = group.elasticity
             kind = elasticity.unit_kind
             if budget[kind] < unit:
@@ -651,7 +657,10 @@ class _Round:
                 continue
             tenant = group.tenant
             one = {kind: unit}
-            if not pool.within_limit(tenant, one):
+            limit = caps.get((tenant, kind, unit))
+            if limit is None:
+                limit = caps[(tenant, kind, unit)] = pool.limit_caps(tenant, one)
+            if not pool.within(tenant, limit):
                 continue
             if not (pool.lends_all or pool.leaves_unlent_guarantees(tenant, one)):
                 continue
@@ -681,7 +690,7 @@ class _Round:
             state.extra[kind] = state.extra.get(kind, 0.0) + unit
             gain = self._gain(elasticity, group.work_s, state.units, group.fixed_s, threshold, memo)
             if gain is not None:
-                heapq.heappush(heap, (-gain, at, unit, group))
+                heapq.heappush(heap, (-gain, at, unit, group, 0))
         for at, state in grown.items():  # their placements, with the extra units
             allocation = dict(state.group.allocation)
             for kind, amount in state.extra.items():
