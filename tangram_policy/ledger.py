@@ -46,12 +46,15 @@ class Ledger:
 
     def within_guarantee(self, tenant: str, demand: Resources) -> bool:
         quota = self.quotas.get(tenant)
-        guaranteed = quota.guaranteed if quota else {}
+        if quota is None:
+            return not any(amount > 0 for amount in demand.values())
+        bounds = quota.guarantee_bounds(demand)
+        if bounds is None:
+            return False
         usage = self.usage[tenant]
         return all(
-            usage.get(kind, 0.0) + amount <= guaranteed.get(kind, 0.0) + EPSILON
-            for kind, amount in demand.items()
-            if amount
+            usage.get(kind, 0.0) + amount <= guaranteed + EPSILON
+            for kind, amount, guaranteed in bounds
         )
 
     def within_limit(self, tenant: str, demand: Resources) -> bool:

@@ -250,12 +250,10 @@ class Pool:
         quota = self.quotas.get(tenant)
         if quota is None:
             return None if any(amount > 0 for amount in demand.values()) else ()
-        guaranteed = quota.guaranteed
-        return tuple(
-            (kind, amount, guaranteed.get(kind, 0.0) + EPSILON)
-            for kind, amount in demand.items()
-            if amount > 0
-        )
+        bounds = quota.guarantee_bounds(demand)
+        if bounds is None:
+            return None
+        return tuple((kind, amount, guaranteed + EPSILON) for kind, amount, guaranteed in bounds)
 
     def limit_caps(self, tenant: str, demand: Resources) -> Caps:
         """What ``tenant``'s limit bounds of ``demand``."""

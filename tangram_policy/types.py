@@ -87,9 +87,13 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class TenantQuota:
-    """A kind absent from ``guaranteed`` is 0; a kind absent from ``limit`` is unlimited.
+    """A tenant's guarantee and limit per resource kind.
 
-    A tenant absent from ``Snapshot.quotas`` has no guarantee and no limit.
+    The quota manages the kinds it names in ``guaranteed`` or ``limit``: a
+    managed kind absent from ``guaranteed`` is guaranteed 0, one absent from
+    ``limit`` is unlimited. A kind it names in neither bounds nothing, so a
+    quota on cores alone guarantees actions that also ask for memory. A
+    tenant absent from ``Snapshot.quotas`` has no guarantee and no limit.
     """
 
     tenant: str
@@ -98,6 +102,22 @@ class TenantQuota:
     weight: float = 1.0
     #: Whether this tenant's idle guarantee may be lent to borrowers.
     lend_guarantee: bool = True
+
+    def guarantee_bounds(self, demand: Resources) -> tuple[tuple[str, float, float], ...] | None:
+        """(kind, amount, guaranteed) for each managed kind ``demand`` asks for.
+
+        None when it asks for some kind but for no managed one: no guarantee
+        applies to it, and it borrows.
+        """
+        asked = [(kind, amount) for kind, amount in demand.items() if amount > 0]
+        guaranteed = self.guaranteed
+        limit = self.limit
+        bounds = tuple(
+            (kind, amount, guaranteed.get(kind, 0.0))
+            for kind, amount in asked
+            if kind in guaranteed or kind in limit
+        )
+        return None if asked and not bounds else bounds
 
 
 @dataclass(frozen=True, slots=True)

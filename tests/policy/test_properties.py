@@ -111,7 +111,8 @@ def test_a_tenant_within_its_guarantee_is_served_before_borrowers(
     guaranteed: int, own: int, borrowing: int, cores: int, lend: bool
 ) -> None:
     """Whatever borrowers want, work within a guarantee that the pool can hold is placed,
-    and a non-lent idle guarantee stays free."""
+    and a non-lent idle guarantee stays free. The quota names cores only: the memory
+    the actions also ask for is not managed, so it does not make them borrow."""
     from tangram_policy.types import Node
 
     own = min(own, guaranteed)
@@ -120,15 +121,16 @@ def test_a_tenant_within_its_guarantee_is_served_before_borrowers(
         "b": TenantQuota("b", {}, {"cpu": 100.0}),
     }
     elastic = Elasticity(min_units=1, max_units=4, parallel_fraction=0.9)
+    demand = {"cpu": 1.0, "memory": 16.0}
     pending = [
         PendingAction(
-            f"b{i}", "b", "python", {"cpu": 1.0}, submitted_at=0.0, priority=2, elasticity=elastic
+            f"b{i}", "b", "python", demand, submitted_at=0.0, priority=2, elasticity=elastic
         )
         for i in range(borrowing)
-    ] + [PendingAction(f"a{i}", "a", "python", {"cpu": 1.0}, submitted_at=50.0) for i in range(own)]
+    ] + [PendingAction(f"a{i}", "a", "python", demand, submitted_at=50.0) for i in range(own)]
     snapshot = Snapshot(
         now=60.0,
-        nodes=(Node("n", {"cpu": float(cores)}, frozenset({"python"})),),
+        nodes=(Node("n", {"cpu": float(cores), "memory": 1e6}, frozenset({"python"})),),
         quotas=quotas,
         pending=tuple(pending),
         running=(),
@@ -139,3 +141,12 @@ def test_a_tenant_within_its_guarantee_is_served_before_borrowers(
         if not lend:
             borrowed = sum(p.allocation["cpu"] for p in placements if p.action_id.startswith("b"))
             assert borrowed <= cores - guaranteed + 1e-9
+
+
+def test_a_quota_bounds_only_the_kinds_it_names() -> None:
+    quota = TenantQuota("a", {"cpu": 4.0}, {"cpu": 8.0, "gpu": 2.0})
+    # Memory is not managed; cores are guaranteed, GPUs limited but not guaranteed.
+    assert quota.guarantee_bounds({"cpu": 2.0, "memory": 512.0}) == (("cpu", 2.0, 4.0),)
+    assert quota.guarantee_bounds({"gpu": 1.0, "memory": 512.0}) == (("gpu", 1.0, 0.0),)
+    assert quota.guarantee_bounds({"memory": 512.0}) is None  # nothing managed: it borrows
+    assert quota.guarantee_bounds({"cpu": 0.0}) == ()

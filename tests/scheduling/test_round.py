@@ -64,6 +64,19 @@ def test_guaranteed_tenant_is_served_before_borrowers():
     assert _cpu_by_tenant() == {guaranteed.id: 2.0, borrower.id: 2.0}
 
 
+def test_a_core_quota_guarantees_actions_that_also_ask_for_memory():
+    """A quota on cores alone (the README's ``--quota cpu=4:16``): memory has no quota
+    row, so it bounds nothing, and the guarantee comes first (fair share alone: 2 and 2)."""
+    NodeFactory(capacity={"cpu": 4, "memory": 100_000})
+    borrower = TenantFactory(name="borrower")
+    guaranteed = TenantFactory(name="guaranteed")
+    quota_set(tenant=guaranteed, resource="cpu", guaranteed=3, limit=4)
+    ActionFactory.create_batch(4, tenant=borrower, demand={"cpu": 1, "memory": 16})
+    ActionFactory.create_batch(4, tenant=guaranteed, demand={"cpu": 1, "memory": 16})
+    schedule_round()
+    assert _cpu_by_tenant() == {guaranteed.id: 3.0, borrower.id: 1.0}
+
+
 def test_unlent_guarantee_stays_free_for_its_owner():
     NodeFactory(capacity={"cpu": 4, "memory": 100_000})
     borrower = TenantFactory()
