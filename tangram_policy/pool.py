@@ -19,8 +19,9 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left, insort
 from collections.abc import Mapping
+from dataclasses import replace
 
-from tangram_policy.types import EPSILON, Node, Resources, Snapshot, TenantQuota
+from tangram_policy.types import EPSILON, Node, Resources, RunningAction, Snapshot, TenantQuota
 
 #: Nodes examined past the best-fit point before a placement gives up.
 SCAN_LIMIT = 256
@@ -49,6 +50,51 @@ def _order(room: float) -> int:
     """
     bits: int = _INT64.unpack(_DOUBLE.pack(room + 0.0))[0]
     return bits if bits >= 0 else -(bits & _MAGNITUDE)
+
+
+def partial_view(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` as the live scheduler and the simulator hand it to a policy.
+
+    Each node's free room (and free GPU ids) as its capacity, one usage entry
+    per tenant instead of every running action, and the pool's capacity in
+    ``Snapshot.capacity``: the same state, so the same decisions, in fewer
+    records.
+    """
+    room = {node.id: dict(node.capacity) for node in snapshot.nodes}
+    gpus = {node.id: [list(group) for group in node.gpu_groups] for node in snapshot.nodes}
+    usage: dict[str, dict[str, float]] = {}
+    for running in snapshot.running:
+        used = usage.setdefault(running.tenant, {})
+        for kind, amount in running.allocation.items():
+            used[kind] = used.get(kind, 0.0) + amount
+        free = room.get(running.node)
+        if free is None:
+            continue
+        for kind, amount in running.allocation.items():
+            free[kind] = free.get(kind, 0.0) - amount
+        count = int(round(running.allocation.get("gpu", 0.0)))
+        if gpus[running.node] and count > 0:
+            Pool._take_gpus(gpus[running.node], running.gpus, count)
+    capacity: dict[str, float] = {}
+    for node in snapshot.nodes:
+        for kind, amount in node.capacity.items():
+            capacity[kind] = capacity.get(kind, 0.0) + amount
+    return replace(
+        snapshot,
+        nodes=tuple(
+            replace(
+                node,
+                capacity=room[node.id],
+                gpu_groups=tuple(tuple(group) for group in gpus[node.id]),
+            )
+            for node in snapshot.nodes
+        ),
+        running=tuple(
+            RunningAction(f"usage:{tenant}", tenant, "", "", used, 0.0)
+            for tenant, used in sorted(usage.items())
+        ),
+        capacity=capacity if snapshot.capacity is None else snapshot.capacity,
+    )
 
 
 def primary_kind(demand: Resources) -> str:

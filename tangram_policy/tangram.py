@@ -496,26 +496,36 @@ class _Round:
 
         Returns, per tenant, the classes whose rest must borrow.
         """
-        within = self.pool.within
+        usages = self.pool.usage
+        no_room = self.no_room
+        place = self._place
+        heappop = heapq.heappop
+        heapreplace = heapq.heapreplace
         borrowers: dict[str, list[_Class]] = {}
         heap = [(*cls.head_key(), position) for position, cls in enumerate(classes)]
         heapq.heapify(heap)
         while heap:
             position = heap[0][2]
             cls = classes[position]
-            if not within(cls.tenant, cls.guarantee):
-                borrowers.setdefault(cls.tenant, []).append(cls)
-                heapq.heappop(heap)
-                continue
-            if (
-                cls.shape in self.no_room
-                or not self._place(cls, True)  # guaranteed
-                or cls.position >= len(cls.entries)
-            ):
-                heapq.heappop(heap)
-                continue
-            entry = cls.entries[cls.position]
-            heapq.heapreplace(heap, (entry[0], entry[1], position))
+            caps = cls.guarantee
+            if caps is not None:
+                usage = usages.get(cls.tenant, _NO_USAGE)
+                for kind, amount, ceiling in caps:  # Pool.within, inline: once per placement
+                    if usage.get(kind, 0.0) + amount > ceiling:
+                        break
+                else:
+                    if (
+                        cls.shape in no_room
+                        or not place(cls, True)  # guaranteed
+                        or cls.position >= len(cls.entries)
+                    ):
+                        heappop(heap)
+                    else:
+                        entry = cls.entries[cls.position]
+                        heapreplace(heap, (entry[0], entry[1], position))
+                    continue
+            borrowers.setdefault(cls.tenant, []).append(cls)
+            heappop(heap)
         return borrowers
 
     def borrow_fairly(self, borrowers: dict[str, list[_Class]]) -> None:

@@ -91,27 +91,36 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     node_list = [draw(nodes(i)) for i in range(draw(st.integers(1, 6)))]
     pending = [draw(pending_actions(i)) for i in range(draw(st.integers(0, 40)))]
     running: list[RunningAction] = []
+    cores: dict[str, float] = {}
+    free_gpus = {node.id: [g for group in node.gpu_groups for g in group] for node in node_list}
     for i in range(draw(st.integers(0, 6))):
         node = draw(st.sampled_from(node_list))
         cpu = float(draw(st.integers(0, int(node.capacity["cpu"]))))
+        # Keep running actions within each node's capacity, as the scheduler would.
+        if cores.get(node.id, 0.0) + cpu > node.capacity["cpu"]:
+            continue
+        cores[node.id] = cores.get(node.id, 0.0) + cpu
+        allocation = {"cpu": cpu}
+        held: tuple[str, ...] = ()
+        count = draw(st.integers(0, len(free_gpus[node.id])))
+        if count:
+            allocation["gpu"] = float(count)
+            if draw(st.booleans()):  # GPU ids known (the simulator), else not (live)
+                held = tuple(draw(st.permutations(free_gpus[node.id]))[:count])
+                free_gpus[node.id] = [g for g in free_gpus[node.id] if g not in held]
+            else:  # unknown ids are taken as filling the groups in order
+                free_gpus[node.id] = free_gpus[node.id][count:]
         running.append(
             RunningAction(
                 f"r{i}",
                 draw(st.sampled_from(TENANTS)),
                 draw(st.sampled_from(sorted(node.executors))),
                 node.id,
-                {"cpu": cpu},
+                allocation,
                 0.0,
+                gpus=held,
             )
         )
-    # Keep running actions within each node's capacity, as the scheduler would.
-    used: dict[str, float] = {}
-    kept = []
-    for action in running:
-        node = next(n for n in node_list if n.id == action.node)
-        if used.get(node.id, 0.0) + action.allocation["cpu"] <= node.capacity["cpu"]:
-            used[node.id] = used.get(node.id, 0.0) + action.allocation["cpu"]
-            kept.append(action)
     stats = {
         (tenant, kind): DurationStat(draw(st.integers(1, 50)), draw(st.floats(0.5, 60.0)))
         for tenant in TENANTS
@@ -123,6 +132,6 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         nodes=tuple(node_list),
         quotas=draw(quotas()),
         pending=tuple(pending),
-        running=tuple(kept),
+        running=tuple(running),
         duration_stats=stats,
     )

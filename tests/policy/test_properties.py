@@ -1,7 +1,8 @@
 """Properties every policy keeps on random states (hypothesis).
 
 Never above a node's capacity or a tenant's limit, every placement valid,
-guarantees served first, deterministic for a given state.
+guarantees served first, deterministic for a given state, the same on the
+partial view the live scheduler hands over.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tangram_policy.pool import partial_view
 from tangram_policy.registry import POLICIES, get_policy
 from tangram_policy.types import EPSILON, Elasticity, PendingAction, Snapshot, TenantQuota
 from tests.policy.strategies import snapshots
@@ -82,6 +84,16 @@ def _check_decision(snapshot: Snapshot, name: str) -> None:
 @given(snapshot=snapshots())
 def test_never_over_capacity_or_limit(name: str, snapshot: Snapshot) -> None:
     _check_decision(snapshot, name)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in POLICIES if n.startswith("tangram")))
+@SETTINGS
+@given(snapshot=snapshots())
+def test_the_partial_view_gives_the_same_decisions(name: str, snapshot: Snapshot) -> None:
+    """The live scheduler and the simulator hand each node's free room and per-tenant
+    usage, not every running action (``partial_view``): the decisions must not change."""
+    policy = get_policy(name)
+    assert policy.decide(partial_view(snapshot)) == policy.decide(snapshot)
 
 
 @SETTINGS
