@@ -54,3 +54,23 @@ class ActionFactory(factory.django.DjangoModelFactory):
     payload = factory.LazyFunction(lambda: {"seconds": 0})
     demand = factory.LazyFunction(lambda: {"cpu": 1, "memory": 16})
     timeout_s = 60
+
+
+def succeeded_result(
+    action_id: object, attempt: int, *, started_at: float | None, finished_at: float
+) -> dict[str, object]:
+    """The result message an agent sends for a run that exited 0 with no output."""
+    return {
+        "type": "result",
+        "action": str(action_id),
+        "attempt": attempt,
+        "state": "succeeded",
+        "exit_code": 0,
+        "stdout": "",
+        "stderr": "",
+        "stdout_truncated": False,
+        "stderr_truncated": False,
+        "error": "",
+        "started_at": started_at,
+        "finished_at": finished_at,
+    }

@@ -17,6 +17,7 @@ from apps.actions.services import action_cancel, action_mark_started, action_rec
 from apps.scheduling.services import schedule_round
 from tangram_sim.trace import read_trace, replay
 from tangram_sim.workload import workload_from_dict
+from tests.factories import succeeded_result
 
 pytestmark = pytest.mark.django_db
 
@@ -42,20 +43,9 @@ def _run(action: Action, *, started: float, finished: float) -> Action:
     )
     assert action_record_result(
         node_id=node_id,
-        result={
-            "type": "result",
-            "action": str(action.pk),
-            "attempt": action.attempt,
-            "state": "succeeded",
-            "exit_code": 0,
-            "stdout": "",
-            "stderr": "",
-            "stdout_truncated": False,
-            "stderr_truncated": False,
-            "error": "",
-            "started_at": started,
-            "finished_at": finished,
-        },
+        result=succeeded_result(
+            action.pk, action.attempt, started_at=started, finished_at=finished
+        ),
     )
     action.refresh_from_db()
     return action

@@ -88,25 +88,15 @@ def start(count: str) -> dict[str, Any]:
 def finish() -> dict[str, Any]:
     """What an agent reports when every action on the node has succeeded."""
     from apps.actions.services import action_record_result
+    from tests.factories import succeeded_result
 
     finished = []
     for action_id, node_id, attempt in _placed("running") + _placed("assigned"):
         action_record_result(
             node_id=node_id,
-            result={
-                "type": "result",
-                "action": str(action_id),
-                "attempt": attempt,
-                "state": "succeeded",
-                "exit_code": 0,
-                "stdout": "",
-                "stderr": "",
-                "stdout_truncated": False,
-                "stderr_truncated": False,
-                "error": "",
-                "started_at": time.time(),
-                "finished_at": time.time(),
-            },
+            result=succeeded_result(
+                action_id, attempt, started_at=time.time(), finished_at=time.time()
+            ),
         )
         finished.append(str(action_id))
     return {"finished": finished}

@@ -20,7 +20,7 @@ from apps.dashboard.consumers import DashboardConsumer
 from apps.dashboard.events import CLOSE_FORBIDDEN
 from apps.scheduling.services import schedule_round
 from tests.dashboard.conftest import FRAME_WAIT_S, dashboard_socket, next_snapshot, session_headers
-from tests.factories import ActionFactory, NodeFactory, TenantFactory
+from tests.factories import ActionFactory, NodeFactory, TenantFactory, succeeded_result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,20 +112,7 @@ def test_snapshots_follow_an_action_from_queue_to_node_to_done(staff_session, on
 
         await database_sync_to_async(action_record_result)(
             node_id=node.id,
-            result={
-                "type": "result",
-                "action": str(action.id),
-                "attempt": 1,
-                "state": "succeeded",
-                "exit_code": 0,
-                "stdout": "",
-                "stderr": "",
-                "stdout_truncated": False,
-                "stderr_truncated": False,
-                "error": "",
-                "started_at": None,
-                "finished_at": time.time(),
-            },
+            result=succeeded_result(action.id, 1, started_at=None, finished_at=time.time()),
         )
         snapshot = await next_snapshot(socket, lambda s: not node_view(s, "node-a")["actions"])
         assert node_view(snapshot, "node-a")["used"]["cpu"] == 0.0
