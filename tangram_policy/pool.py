@@ -253,21 +253,12 @@ class Pool:
                         if room is None:
                             room = self._room_key(after)
                         new = listing.entry = room + (old & self._rank_mask)
-                        if new < old:  # less room: the node moves towards the front
-                            for index in listing.indexes:
-                                if index is found_in:
-                                    position = found_at
-                                else:
-                                    position = bisect_left(index, old)
-                                del index[position]
+                        for index in listing.indexes:
+                            position = found_at if index is found_in else bisect_left(index, old)
+                            del index[position]
+                            if new < old:  # less room: the node moves towards the front
                                 insort(index, new, 0, position)
-                        else:
-                            for index in listing.indexes:
-                                if index is found_in:
-                                    position = found_at
-                                else:
-                                    position = bisect_left(index, old)
-                                del index[position]
+                            else:
                                 insort(index, new, position)
                 used = usage[kind] = usage.get(kind, 0.0) + amount
                 if capacity > 0 and used / capacity > share:
