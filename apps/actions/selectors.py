@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.http import Http404
 
-from apps.actions.models import Action, ActionState
+from apps.actions.models import PLACED_STATES, Action, ActionState
 from apps.core.exceptions import ApplicationError
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import Principal
@@ -26,6 +28,33 @@ def add_resources(into: dict[str, float], amounts: dict[str, Any]) -> None:
     """Add one allocation (or demand) into running totals per resource kind."""
     for kind, amount in amounts.items():
         into[kind] = into.get(kind, 0.0) + float(amount)
+
+
+def placed_usage() -> tuple[dict[Any, dict[str, float]], dict[Any, dict[str, float]]]:
+    """What assigned and running actions hold: per node id, and per tenant id.
+
+    Grouped in SQL by (tenant, node, allocation), and each distinct allocation
+    decoded once: thousands of running actions come back as a few rows.
+    """
+    by_node: dict[Any, dict[str, float]] = {}
+    by_tenant: dict[Any, dict[str, float]] = {}
+    decoded: dict[str, dict[str, Any]] = {}
+    held = (
+        Action.objects.filter(state__in=PLACED_STATES)
+        .annotate(allocation_text=Cast("allocation", output_field=TextField()))
+        .values_list("tenant_id", "node_id", "allocation_text")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for tenant_id, node_id, text, count in held:
+        allocation = decoded.get(text)
+        if allocation is None:
+            allocation = decoded[text] = json.loads(text) if text else {}
+        amounts = {kind: float(amount) * count for kind, amount in allocation.items()}
+        add_resources(by_tenant.setdefault(tenant_id, {}), amounts)
+        if node_id is not None:
+            add_resources(by_node.setdefault(node_id, {}), amounts)
+    return by_node, by_tenant
 
 
 def access_actions(*, principal: Principal) -> QuerySet[Action]:

@@ -16,7 +16,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from apps.actions.models import PLACED_STATES, Action, ActionState
-from apps.actions.selectors import add_resources
+from apps.actions.selectors import add_resources, placed_usage
 from apps.dashboard.events import (
     NODE_ACTIONS_CAP,
     NodeView,
@@ -33,17 +33,6 @@ from apps.tenants.selectors import Principal
 
 def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
-
-
-def _placed_usage() -> tuple[dict[Any, dict[str, float]], dict[Any, dict[str, float]]]:
-    """Held resources per node id and per tenant id, from one read of placed actions."""
-    by_node: dict[Any, dict[str, float]] = {}
-    by_tenant: dict[Any, dict[str, float]] = {}
-    placed = Action.objects.filter(state__in=PLACED_STATES, node__isnull=False)
-    for node_id, tenant_id, allocation in placed.values_list("node_id", "tenant_id", "allocation"):
-        add_resources(by_node.setdefault(node_id, {}), allocation)
-        add_resources(by_tenant.setdefault(tenant_id, {}), allocation)
-    return by_node, by_tenant
 
 
 def _placed_listing() -> tuple[dict[Any, list[PlacedActionView]], dict[Any, int]]:
@@ -125,7 +114,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
     """Everything the operator dashboard shows, as JSON-able data; staff only."""
     if not principal.is_staff:
         raise PermissionDenied("The dashboard is for staff.")
-    used_by_node, used_by_tenant = _placed_usage()
+    used_by_node, used_by_tenant = placed_usage()
     listing, listed_counts = _placed_listing()
     state_counts = _state_counts()
     quotas = _quotas()

@@ -15,12 +15,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Count, TextField
+from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from apps.actions.models import PLACED_STATES, Action, ActionDurationStat, ActionState
-from apps.actions.selectors import add_resources
+from apps.actions.models import Action, ActionDurationStat, ActionState
+from apps.actions.selectors import add_resources, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
 from tangram_policy.types import (
@@ -90,26 +90,6 @@ def _duration_stats() -> dict[tuple[str, str], DurationStat]:
             "tenant_id", "type", "count", "mean_s"
         )
     }
-
-
-def _held(decoded: _Decoded) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """What assigned and running actions hold: per node id, and per tenant id."""
-    by_node: dict[str, dict[str, float]] = {}
-    by_tenant: dict[str, dict[str, float]] = {}
-    held = (
-        Action.objects.filter(state__in=PLACED_STATES)
-        .annotate(allocation_text=_as_text("allocation"))
-        .values_list("tenant_id", "node_id", "allocation_text")
-        .annotate(count=Count("id"))
-        .order_by()
-    )
-    for tenant_id, node_id, text, count in held:
-        allocation = decoded.get("allocation", text) or {}
-        amounts = {kind: float(amount) * count for kind, amount in allocation.items()}
-        add_resources(by_tenant.setdefault(str(tenant_id), {}), amounts)
-        if node_id is not None:
-            add_resources(by_node.setdefault(str(node_id), {}), amounts)
-    return by_node, by_tenant
 
 
 def _queued_demands(decoded: _Decoded) -> dict[str, list[Resources]]:
@@ -192,7 +172,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
 def scheduling_snapshot() -> Snapshot:
     now = timezone.now()
     decoded = _Decoded()
-    held_by_node, usage = _held(decoded)
+    held_by_node, usage = placed_usage()
     demands = _queued_demands(decoded)
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []
@@ -202,14 +182,14 @@ def scheduling_snapshot() -> Snapshot:
         .values_list("id", "capacity", "executors", "warm")
     ):
         add_resources(capacity, node_capacity)
-        held = held_by_node.get(str(node_id), {})
+        held = held_by_node.get(node_id, {})
         room: Resources = {
             kind: float(amount) - held.get(kind, 0.0) for kind, amount in node_capacity.items()
         }
         if _can_take(room, executors, demands):
             useful.append(PolicyNode(str(node_id), room, frozenset(executors), frozenset(warm)))
     running = tuple(
-        RunningAction(f"usage:{tenant}", tenant, "", "", used, 0.0)
+        RunningAction(f"usage:{tenant}", str(tenant), "", "", used, 0.0)
         for tenant, used in sorted(usage.items())
     )
     return Snapshot(
