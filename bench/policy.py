@@ -22,7 +22,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 from tangram_policy.registry import ABLATIONS
-from tangram_sim.sim import SimResult, Simulation, quantile, simulate
+from tangram_sim.sim import PolicyError, SimResult, Simulation, quantile, simulate
 from tangram_sim.workload import Workload, load_workload
 
 BASELINES = ("static", "partitioned", "fifo")
@@ -89,7 +89,10 @@ def ratios(policies: dict[str, dict[str, Any]], ours: str = "tangram") -> dict[s
 
 
 def _simulate(workload: Workload, policy: str) -> SimResult:
-    return simulate(workload, policy)
+    try:
+        return simulate(workload, policy)
+    except PolicyError as error:
+        raise PolicyError(f"{workload.name}, seed {workload.seed}: {error}") from None
 
 
 def run_policies(
@@ -258,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.ablations:
         names += [f"tangram-no-{m.replace('_', '-')}" for m in ABLATIONS]
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:
-        policies = run_policies(workload, names, seeds, executor)
+        try:
+            policies = run_policies(workload, names, seeds, executor)
+        except PolicyError as error:
+            print(f"bench.policy: {error}", file=sys.stderr)
+            return 1
         report: dict[str, Any] = {
             "workload": workload.name,
             "seeds": seeds,

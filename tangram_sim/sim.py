@@ -335,6 +335,24 @@ class Simulation:
             self._runs.append(run)
             self._push(task.start_s, _STEP, run)
 
+    def _stuck(self) -> str:
+        """Why a run ended with actions queued: what the first one asks and its tenant holds.
+
+        Usually a workload whose quota cannot hold what a policy needs at once
+        (``static``'s sandboxes count against the tenant's limit while its
+        trajectories wait for task-bound work, say).
+        """
+        first = next(iter(self.pending.values()))
+        quota = self.workload.quotas.get(first.tenant)
+        held = {k: round(v, 3) for k, v in sorted(self.usage.get(first.tenant, {}).items()) if v}
+        limit = dict(sorted(quota.limit.items())) if quota is not None else "none"
+        return (
+            f"{self.policy_name}: {len(self.pending)} actions never placed; the first, "
+            f"{first.id} ({first.type.id}, tenant {first.tenant}), asks "
+            f"{dict(first.type.demand)} while its tenant holds {held} (limit {limit}) "
+            f"and nothing else is left to finish"
+        )
+
     def _load_arrivals(self, arrivals: Iterable[Arrival]) -> None:
         types = self.workload.action_types()
         ids: set[str] = set()
@@ -399,10 +417,7 @@ class Simulation:
                 self._round_at = None
                 self._round()
         if self.pending and not self.truncated:
-            raise PolicyError(
-                f"{self.policy_name}: {len(self.pending)} actions never placed "
-                f"(first: {next(iter(self.pending))})"
-            )
+            raise PolicyError(self._stuck())
         if self._waiting and not self.truncated:
             raise ValueError(f"trace actions wait in a cycle (on {min(self._waiting)!r})")
         return SimResult(

@@ -245,7 +245,36 @@ def test_the_bench_prints_json_for_every_policy() -> None:
     assert report["ratios"]["tangram_vs_fifo"]["mean_act"] > 1.0
 
 
-@pytest.mark.parametrize("name", ["math", "swe", "rm", "mixed"])
+def test_a_run_that_gets_stuck_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Static's sandbox counts against the tenant's 1-core limit while its reward,
+    which needs a core too, waits: the bench names the action, tenant and limit."""
+    from bench.policy import main
+
+    raw = _workload(
+        tenants=[{"name": "team", "guaranteed": {"cpu": 1}, "limit": {"cpu": 1}}],
+    )
+    raw["pool"].append(
+        {"name": "gpu", "count": 1, "capacity": {"gpu": 1, "cpu": 1}, "executors": ["rm"]}
+    )
+    task = raw["tasks"][0]
+    task.update(tenant="team", turns=1)
+    task["reward"] = {
+        "type": "score",
+        "executor": "rm",
+        "binding": "task",
+        "demand": {"gpu": 1, "cpu": 1},
+        "duration_s": 1,
+    }
+    assert simulate(workload_from_dict(raw), "fifo").acts  # action-level: it finishes
+    with pytest.raises(PolicyError, match=r"t\.score, tenant team.*limit \{'cpu': 1\.0\}"):
+        simulate(workload_from_dict(raw), "static")
+    path = tmp_path / "stuck.yaml"
+    path.write_text(json.dumps(raw))  # JSON is YAML
+    assert main([str(path), "--policies", "static,tangram", "--jobs", "1"]) == 1
+    assert "tiny, seed 1: static: 1 actions never placed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in WORKLOADS.glob("*.yaml")))
 def test_shipped_workloads_load(name: str) -> None:
     workload = load_workload(WORKLOADS / f"{name}.yaml")
     assert workload.tasks and workload.pool
