@@ -14,6 +14,7 @@ from pathlib import Path
 from tangram_agent.agent import Agent
 from tangram_agent.config import AgentConfig, default_cpu, default_memory_mib
 from tangram_agent.executors import DEFAULT_OUTPUT_CAP, KNOWN_EXECUTORS
+from tangram_agent.gpus import GpuGroups, discover_gpus, parse_gpu_groups
 
 log = logging.getLogger("tangram.agent")
 
@@ -23,6 +24,16 @@ def _label(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"labels are KEY=VALUE, got {text!r}")
     return key, value
+
+
+def _gpus(text: str) -> GpuGroups | None:
+    """``--gpus``: groups of ids, ``none``, or ``auto`` (None: ask ``nvidia-smi``)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return parse_gpu_groups(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--gpus {text!r}: {exc}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> AgentConfig:
@@ -40,6 +51,19 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     parser.add_argument("--cpu", type=float, default=default_cpu(), help="cores to offer")
     parser.add_argument(
         "--memory", type=float, default=default_memory_mib(), help="MiB to offer (80%% of RAM)"
+    )
+    parser.add_argument(
+        "--gpus",
+        type=_gpus,
+        default=env.get("TANGRAM_GPUS", "none"),
+        help="$TANGRAM_GPUS: GPU ids (the N of /dev/nvidiaN) by interconnect group, e.g. "
+        "0,1,2,3/4,5,6,7; 'none' (default); or 'auto': every GPU nvidia-smi lists, in one group",
+    )
+    parser.add_argument(
+        "--gpu-memory-mib",
+        type=float,
+        default=None,
+        help="MiB of memory per GPU, offered as gpu_memory (auto: nvidia-smi's, else none)",
     )
     parser.add_argument(
         "--executors",
@@ -60,6 +84,11 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     )
     if not args.server:
         parser.error("--server (or TANGRAM_SERVER) is required")
+    gpu_groups, gpu_memory_mib = args.gpus, args.gpu_memory_mib
+    if gpu_groups is None:
+        gpu_groups, found_memory_mib = discover_gpus()
+        if gpu_memory_mib is None:
+            gpu_memory_mib = found_memory_mib
     try:
         return AgentConfig(
             server=args.server,
@@ -69,6 +98,8 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
             memory_mib=args.memory,
             executors=tuple(e.strip() for e in args.executors.split(",") if e.strip()),
             labels=dict(args.label),
+            gpu_groups=gpu_groups,
+            gpu_memory_mib=gpu_memory_mib,
             work_root=args.work_root,
             output_cap=args.output_cap,
             max_concurrency=args.max_concurrency,

@@ -101,10 +101,11 @@ class Agent:
                 build_executors, self.config.executors, self.config.sandbox_settings()
             )
         log.info(
-            "agent %s starting: server=%s capacity=%s executors=%s",
+            "agent %s starting: server=%s capacity=%s gpu_groups=%s executors=%s",
             self.config.name,
             self.config.ws_url,
             self.config.capacity,
+            self.config.gpu_groups,
             sorted(self._executors),
         )
         connection = asyncio.create_task(self._connection_loop(), name="tangram-agent-connection")
@@ -198,6 +199,7 @@ class Agent:
             "warm": [],
             "labels": dict(self.config.labels),
             "running": self.running,
+            "gpu_groups": [list(group) for group in self.config.gpu_groups],
         }
         await ws.send(json.dumps(register))
         reply = json.loads(await asyncio.wait_for(ws.recv(), REGISTER_TIMEOUT_S))

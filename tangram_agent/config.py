@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from tangram_agent.executors import DEFAULT_OUTPUT_CAP, KNOWN_EXECUTORS, SandboxSettings
+from tangram_agent.gpus import GpuGroups, check_gpu_groups
 
 
 def default_cpu() -> float:
@@ -35,6 +36,10 @@ class AgentConfig:
     memory_mib: float = field(default_factory=default_memory_mib)
     executors: tuple[str, ...] = KNOWN_EXECUTORS
     labels: dict[str, str] = field(default_factory=dict)
+    #: GPU ids per interconnect group; offered as ``gpu`` = their count.
+    gpu_groups: GpuGroups = ()
+    #: Memory of each GPU in MiB; offered as ``gpu_memory`` = this x the GPUs.
+    gpu_memory_mib: float | None = None
     work_root: Path | None = None
     output_cap: int = DEFAULT_OUTPUT_CAP
     #: Defensive cap on concurrent runs; the server already assigns within capacity.
@@ -56,6 +61,9 @@ class AgentConfig:
             raise ValueError("cpu and memory must be positive")
         if self.max_concurrency < 1 or self.output_cap < 0:
             raise ValueError("max_concurrency must be >= 1 and output_cap >= 0")
+        check_gpu_groups(self.gpu_groups)
+        if self.gpu_memory_mib is not None and (self.gpu_memory_mib <= 0 or not self.gpu_groups):
+            raise ValueError("gpu memory must be positive, and needs GPUs (--gpus)")
         unknown = sorted(set(self.executors) - set(KNOWN_EXECUTORS))
         if unknown:
             raise ValueError(f"unknown executors {unknown}; known: {list(KNOWN_EXECUTORS)}")
@@ -68,8 +76,17 @@ class AgentConfig:
         return urlunsplit((scheme, parts.netloc, path, "", ""))
 
     @property
+    def gpus(self) -> int:
+        return sum(len(group) for group in self.gpu_groups)
+
+    @property
     def capacity(self) -> dict[str, float]:
-        return {"cpu": self.cpu, "memory": self.memory_mib}
+        capacity = {"cpu": self.cpu, "memory": self.memory_mib}
+        if self.gpus:
+            capacity["gpu"] = float(self.gpus)
+            if self.gpu_memory_mib is not None:
+                capacity["gpu_memory"] = self.gpu_memory_mib * self.gpus
+        return capacity
 
     def sandbox_settings(self) -> SandboxSettings:
         settings = SandboxSettings(

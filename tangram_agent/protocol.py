@@ -5,11 +5,14 @@ The agent connects to ``{server}/ws/agent/`` with ``Authorization: Bearer
 imports this module so that both sides share one definition.
 
 Agent -> server
-  register   {type, protocol, node, capacity, executors, warm, labels, running}
+  register   {type, protocol, node, capacity, executors, warm, labels, running,
+              gpu_groups}
              ``running`` lists ``{action, attempt}`` the agent still executes
              (after a reconnect); the server re-sends every assignment of this
              node that the agent does not hold and re-queues any it thinks is
-             running there but the agent no longer has.
+             running there but the agent no longer has. ``gpu_groups`` (from
+             protocol 2) lists the node's GPU ids, one list per interconnect
+             group; their count is ``capacity["gpu"]``.
   heartbeat  {type, running}
   started    {type, action, attempt, started_at}
   result     {type, action, attempt, state, exit_code, stdout, stderr,
@@ -26,6 +29,11 @@ Server -> agent
   ack        {type, action, attempt}
   error      {type, message}   (then the server closes the socket)
 
+An ``Assignment`` carries, from protocol 2, the GPU ids the action holds
+(``gpus``, inside one group) and the batch it belongs to (``batch_id``, null
+when alone); older agents ignore both, and the server still accepts their
+protocol-1 ``register``, which has no ``gpu_groups`` (so offers no GPUs).
+
 Times are Unix seconds (float). A lease: a node whose last message is older
 than ``lease_s`` is lost; its assigned and running actions go back to the queue
 with ``attempt + 1``, so a late result of the old attempt is acknowledged and
@@ -34,9 +42,13 @@ ignored.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
-PROTOCOL_VERSION = 1
+#: What this agent speaks; 2 added ``gpu_groups`` to ``register`` and
+#: ``gpus``/``batch_id`` to ``Assignment``.
+PROTOCOL_VERSION = 2
+#: The oldest agent protocol the server still accepts.
+MIN_PROTOCOL_VERSION = 1
 
 RESULT_STATES = ("succeeded", "failed", "timed_out", "cancelled")
 ResultState = Literal["succeeded", "failed", "timed_out", "cancelled"]
@@ -56,6 +68,10 @@ class Assignment(TypedDict):
     allocation: dict[str, float]
     units: int
     timeout_s: float
+    #: GPU ids reserved for this action, all in one interconnect group (protocol 2).
+    gpus: NotRequired[list[str]]
+    #: Shared by the members of one batch, each run as its own execution (protocol 2).
+    batch_id: NotRequired[str | None]
 
 
 class Register(TypedDict):
@@ -67,6 +83,8 @@ class Register(TypedDict):
     warm: list[str]
     labels: dict[str, str]
     running: list[ActionRef]
+    #: GPU ids per interconnect group (protocol 2); absent or empty: no GPUs.
+    gpu_groups: NotRequired[list[list[str]]]
 
 
 class Heartbeat(TypedDict):

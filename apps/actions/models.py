@@ -41,12 +41,21 @@ class Action(models.Model):
     elasticity = models.JSONField(default=dict, blank=True)
     #: Warm-state keys (``image:…``, ``model:…``) a node may already have.
     affinity = models.JSONField(default=list, blank=True)
+    #: Actions of one tenant and type sharing a key (a reward model, say) may be
+    #: placed as one batch on one node when they outnumber the free slots; "": never.
+    batch_key = models.CharField(max_length=200, blank=True, default="")
+    #: Most members in one batch (1 without a ``batch_key``).
+    batch_limit = models.PositiveIntegerField(default=1)
 
     state = models.CharField(max_length=16, choices=ActionState.choices, default=ActionState.QUEUED)
     attempt = models.PositiveIntegerField(default=1)
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
     allocation = models.JSONField(default=dict, blank=True)
     units = models.PositiveIntegerField(default=1)
+    #: GPU ids held on ``node`` while placed, all in one interconnect group.
+    gpus = models.JSONField(default=list, blank=True)
+    #: Shared by the members of the batch this placement made; "": not batched.
+    batch_id = models.CharField(max_length=64, blank=True, default="")
 
     exit_code = models.IntegerField(null=True, blank=True)
     stdout = models.TextField(blank=True)
@@ -80,6 +89,13 @@ class Action(models.Model):
                 name="action_placed_has_node",
             ),
             models.CheckConstraint(condition=Q(timeout_s__gt=0), name="action_timeout_gt_0"),
+            models.CheckConstraint(
+                condition=Q(batch_limit__gte=1, batch_limit__lte=256),
+                name="action_batch_limit_range",
+            ),
+            models.CheckConstraint(
+                condition=~Q(batch_key="") | Q(batch_limit=1), name="action_batch_limit_needs_key"
+            ),
         ]
 
     def __str__(self) -> str:

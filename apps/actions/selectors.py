@@ -57,6 +57,24 @@ def placed_usage() -> tuple[dict[Any, dict[str, float]], dict[Any, dict[str, flo
     return by_node, by_tenant
 
 
+def placed_gpus(*, node_ids: Sequence[Any]) -> dict[Any, set[str]]:
+    """The GPU ids that assigned and running actions hold, per node id.
+
+    Members of a batch hold the same ids: each distinct list is read once.
+    """
+    held: dict[Any, set[str]] = {}
+    rows = (
+        Action.objects.filter(state__in=PLACED_STATES, node_id__in=node_ids)
+        .exclude(gpus=[])
+        .values_list("node_id", "gpus")
+        .order_by()
+        .distinct()
+    )
+    for node_id, gpus in rows:
+        held.setdefault(node_id, set()).update(gpus)
+    return held
+
+
 def access_actions(*, principal: Principal) -> QuerySet[Action]:
     actions = Action.objects.select_related("node")
     if principal.is_staff:

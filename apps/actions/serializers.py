@@ -26,6 +26,13 @@ class ElasticitySerializer(serializers.Serializer):
         return attrs
 
 
+class EmptyAsNullField(serializers.CharField):
+    """A string column where "" means none, shown as null as the input takes it."""
+
+    def to_representation(self, value: str) -> str | None:
+        return value or None
+
+
 class ActionInputSerializer(serializers.Serializer):
     type = serializers.CharField(max_length=64)
     payload = serializers.JSONField(default=dict)
@@ -42,6 +49,20 @@ class ActionInputSerializer(serializers.Serializer):
     )
     affinity = serializers.ListField(
         child=serializers.CharField(max_length=200), max_length=16, default=list
+    )
+    batch_key = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        help_text="Actions of one tenant and type with the same key (a reward model, say) may "
+        "be placed together on one node, sharing one member's demand, when they outnumber the "
+        "free slots; each still runs as its own execution.",
+    )
+    batch_limit = serializers.IntegerField(
+        min_value=1,
+        max_value=256,
+        default=1,
+        help_text="Most actions in one batch; 1 (never batched) without a batch_key.",
     )
 
     def validate_type(self, value: str) -> str:
@@ -98,6 +119,12 @@ class ActionInputSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"elasticity.unit_kind": ["Must be a kind the demand asks for."]}
             )
+        if attrs.get("batch_key") is None:
+            if attrs["batch_limit"] != 1:
+                raise serializers.ValidationError(
+                    {"batch_limit": ["Must be 1 without a batch_key."]}
+                )
+            attrs["batch_key"] = ""
         attrs.setdefault("timeout_s", settings.TANGRAM_DEFAULT_TIMEOUT_S)
         return attrs
 
@@ -105,6 +132,12 @@ class ActionInputSerializer(serializers.Serializer):
 class ActionOutputSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     act_s = serializers.FloatField(read_only=True, allow_null=True)
+    batch_key = EmptyAsNullField(read_only=True, allow_null=True)
+    batch_id = EmptyAsNullField(
+        read_only=True,
+        allow_null=True,
+        help_text="Shared by the actions placed together as one batch.",
+    )
 
     class Meta:
         model = Action
@@ -119,10 +152,14 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "timeout_s",
             "elasticity",
             "affinity",
+            "batch_key",
+            "batch_limit",
             "attempt",
             "node",
             "allocation",
             "units",
+            "gpus",
+            "batch_id",
             "exit_code",
             "stdout",
             "stderr",

@@ -212,6 +212,8 @@ def actions_requeue(*, actions: QuerySet[Action], reason: str) -> int:
             node=None,
             allocation={},
             units=1,
+            gpus=[],
+            batch_id="",
             attempt=F("attempt") + 1,
             assigned_at=None,
             started_at=None,

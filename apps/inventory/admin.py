@@ -15,7 +15,15 @@ from apps.inventory.models import AgentToken, Node
 class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "state", "capacity", "executors", "last_seen_at"]
     list_filter = ["state"]
-    readonly_fields = ["capacity", "executors", "warm", "labels", "registered_at", "last_seen_at"]
+    readonly_fields = [
+        "capacity",
+        "gpu_groups",
+        "executors",
+        "warm",
+        "labels",
+        "registered_at",
+        "last_seen_at",
+    ]
 
 
 class AgentTokenForm(forms.ModelForm):

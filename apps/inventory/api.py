@@ -25,6 +25,11 @@ class NodeListApi(APIView):
         used = serializers.DictField(child=serializers.FloatField())
         free = serializers.DictField(child=serializers.FloatField())
         executors = serializers.ListField(source="node.executors", child=serializers.CharField())
+        gpu_groups = serializers.ListField(
+            source="node.gpu_groups",
+            child=serializers.ListField(child=serializers.CharField()),
+            help_text="GPU ids per interconnect group.",
+        )
         actions = serializers.IntegerField(help_text="Assigned and running actions.")
         last_seen_at = serializers.DateTimeField(source="node.last_seen_at")
 

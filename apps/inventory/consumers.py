@@ -15,8 +15,9 @@ from django.conf import settings
 
 from apps.actions.services import action_mark_started, action_record_result
 from apps.core.events import agent_group
+from apps.core.exceptions import ApplicationError
 from apps.inventory import selectors, services
-from tangram_agent.protocol import PROTOCOL_VERSION
+from tangram_agent.protocol import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +86,19 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self._refuse(f"malformed {kind} message: {exc!r}")
 
     async def _register(self, content: dict[str, Any]) -> None:
-        if content.get("protocol") != PROTOCOL_VERSION:
-            await self._refuse(f"protocol {content.get('protocol')!r} is not {PROTOCOL_VERSION}")
+        protocol = content.get("protocol")
+        if protocol not in range(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION + 1):
+            await self._refuse(
+                f"protocol {protocol!r} is not one of {MIN_PROTOCOL_VERSION}..{PROTOCOL_VERSION}"
+            )
             return
-        node, resend, stale = await database_sync_to_async(services.node_register)(message=content)
+        try:
+            node, resend, stale = await database_sync_to_async(services.node_register)(
+                message=content
+            )
+        except ApplicationError as exc:
+            await self._refuse(f"register refused: {exc.message}")
+            return
         self.node_id = node.id
         self.group = agent_group(str(node.id))
         await self.channel_layer.group_add(self.group, self.channel_name)

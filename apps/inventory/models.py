@@ -20,6 +20,8 @@ class Node(models.Model):
     executors = models.JSONField(default=list)
     warm = models.JSONField(default=list, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    #: GPU ids per interconnect group (NVLink island, host bridge); as many as ``capacity["gpu"]``.
+    gpu_groups = models.JSONField(default=list, blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField()
 

@@ -14,8 +14,10 @@ from django.utils import timezone
 from apps.actions.models import PLACED_STATES, Action, ActionState
 from apps.actions.services import actions_requeue
 from apps.core import events
+from apps.core.exceptions import ApplicationError
 from apps.inventory.models import AgentToken, Node
 from apps.tenants.services import token_digest
+from tangram_agent.gpus import check_gpu_groups
 from tangram_agent.protocol import ActionRef, Assignment, Register
 
 
@@ -32,7 +34,18 @@ def agent_tokens_revoke(*, tokens: QuerySet[AgentToken]) -> int:
 
 
 #: The fields ``assignment_of`` (and the assigned event) reads: load only these.
-ASSIGNMENT_FIELDS = ("id", "attempt", "type", "payload", "allocation", "units", "timeout_s", "node")
+ASSIGNMENT_FIELDS = (
+    "id",
+    "attempt",
+    "type",
+    "payload",
+    "allocation",
+    "units",
+    "timeout_s",
+    "gpus",
+    "batch_id",
+    "node",
+)
 
 
 def assignment_of(action: Action) -> Assignment:
@@ -44,7 +57,32 @@ def assignment_of(action: Action) -> Assignment:
         "allocation": action.allocation,
         "units": action.units,
         "timeout_s": action.timeout_s,
+        "gpus": action.gpus,
+        "batch_id": action.batch_id or None,
     }
+
+
+def _checked_gpu_groups(message: Register) -> list[list[str]]:
+    """The register's GPU groups, if they name each of its ``capacity["gpu"]`` GPUs once.
+
+    Every GPU needs an id: the scheduler hands out ids, and the agent shows a
+    run only the GPUs it holds.
+    """
+    groups = message.get("gpu_groups") or []
+    if not isinstance(groups, list) or not all(isinstance(group, list) for group in groups):
+        raise ApplicationError("gpu_groups must be a list of lists of GPU ids.", field="gpu_groups")
+    try:
+        check_gpu_groups(tuple(tuple(group) for group in groups))
+    except ValueError as exc:
+        raise ApplicationError(f"gpu_groups: {exc}.", field="gpu_groups") from None
+    count = sum(len(group) for group in groups)
+    declared = message["capacity"].get("gpu", 0)
+    if count != declared:
+        raise ApplicationError(
+            f"gpu_groups list {count} GPU(s) but capacity gpu is {declared!r}.",
+            field="gpu_groups",
+        )
+    return groups
 
 
 def _held(running: list[ActionRef]) -> set[tuple[str, int]]:
@@ -71,8 +109,10 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
     the runs it should stop.
 
     Actions this node was running that the agent no longer holds were lost with
-    its previous process: they go back to the queue.
+    its previous process: they go back to the queue. A register whose GPUs do
+    not add up is refused before anything is stored.
     """
+    gpu_groups = _checked_gpu_groups(message)
     now = timezone.now()
     node, created = Node.objects.select_for_update().get_or_create(
         name=message["node"],
@@ -81,6 +121,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
             "executors": message["executors"],
             "warm": message.get("warm", []),
             "labels": message.get("labels", {}),
+            "gpu_groups": gpu_groups,
             "last_seen_at": now,
         },
     )
@@ -89,6 +130,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
         node.executors = message["executors"]
         node.warm = message.get("warm", [])
         node.labels = message.get("labels", {})
+        node.gpu_groups = gpu_groups
         node.state = Node.State.ONLINE
         node.last_seen_at = now
         node.save()

@@ -3,16 +3,18 @@
 A round hands the policy what the simulator hands it (the ``Snapshot``
 contract's partial view): only the online nodes that could take some queued
 action now (one of its types, room for its demand), each with that room as
-its capacity; tenant usage as one entry per tenant; the pool's total
-capacity. Full nodes and the rows of running actions never reach the policy,
-and when no node could take anything the queue itself is not read: a wake-up
-that cannot place anything costs a few small queries.
+its capacity and, in its GPU groups, only the ids no placed action holds;
+tenant usage as one entry per tenant; the pool's total capacity. Full nodes
+and the rows of running actions never reach the policy, and when no node
+could take anything the queue itself is not read: a wake-up that cannot place
+anything costs a few small queries.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from django.db.models import TextField
@@ -20,7 +22,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from apps.actions.models import Action, ActionDurationStat, ActionState
-from apps.actions.selectors import add_resources, placed_usage
+from apps.actions.selectors import add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
 from tangram_policy.types import (
@@ -135,6 +137,8 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             "duration_hint_s",
             "elasticity_text",
             "affinity_text",
+            "batch_key",
+            "batch_limit",
         )[:MAX_PENDING_PER_ROUND]
     )
     return tuple(
@@ -152,6 +156,8 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
                 "elasticity", elasticity, lambda raw: Elasticity(**raw) if raw else NOT_ELASTIC
             ),
             affinity=decoded.get("affinity", affinity, lambda raw: frozenset(raw or ())),
+            batch_key=batch_key or None,
+            batch_limit=batch_limit,
         )
         for (
             id_,
@@ -165,8 +171,32 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             hint,
             elasticity,
             affinity,
+            batch_key,
+            batch_limit,
         ) in rows
     )
+
+
+def _free_gpu_groups(
+    nodes: list[PolicyNode], groups: dict[str, list[list[str]]]
+) -> list[PolicyNode]:
+    """``nodes`` with their GPU groups less the ids placed actions hold.
+
+    A group keeps its place when it is left empty: the policy finds a GPU's
+    group by position.
+    """
+    if not groups:
+        return nodes
+    held = {str(node_id): gpus for node_id, gpus in placed_gpus(node_ids=list(groups)).items()}
+    out = []
+    for node in nodes:
+        node_groups = groups.get(node.id)
+        if node_groups:
+            taken = held.get(node.id, set())
+            free = tuple(tuple(gpu for gpu in group if gpu not in taken) for group in node_groups)
+            node = replace(node, gpu_groups=free)
+        out.append(node)
+    return out
 
 
 def scheduling_snapshot() -> Snapshot:
@@ -176,10 +206,11 @@ def scheduling_snapshot() -> Snapshot:
     demands = _queued_demands(decoded)
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []
-    for node_id, node_capacity, executors, warm in (
+    gpu_groups: dict[str, list[list[str]]] = {}
+    for node_id, node_capacity, executors, warm, groups in (
         Node.objects.filter(state=Node.State.ONLINE)
         .order_by("name")
-        .values_list("id", "capacity", "executors", "warm")
+        .values_list("id", "capacity", "executors", "warm", "gpu_groups")
     ):
         add_resources(capacity, node_capacity)
         held = held_by_node.get(node_id, {})
@@ -188,13 +219,15 @@ def scheduling_snapshot() -> Snapshot:
         }
         if _can_take(room, executors, demands):
             useful.append(PolicyNode(str(node_id), room, frozenset(executors), frozenset(warm)))
+            if groups:
+                gpu_groups[str(node_id)] = groups
     running = tuple(
         RunningAction(f"usage:{tenant}", str(tenant), "", "", used, 0.0)
         for tenant, used in sorted(usage.items())
     )
     return Snapshot(
         now=now.timestamp(),
-        nodes=tuple(useful),
+        nodes=tuple(_free_gpu_groups(useful, gpu_groups)),
         quotas=_quotas(),
         pending=_pending(decoded) if useful else (),
         running=running,

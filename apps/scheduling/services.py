@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 #: Key of the Postgres advisory lock that makes one round run at a time.
 ROUND_LOCK_KEY = 0x7A6E6772616D
-#: Placements written per UPDATE statement (4 parameters each: SQLite takes 32,766).
+#: Placements written per UPDATE statement (6 parameters each: SQLite takes 32,766).
 WRITE_CHUNK = 1000
 #: SQLite (embedded mode, one process) has no advisory locks; a process lock stands in.
 _local_round_lock = threading.Lock()
@@ -110,6 +110,7 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
     id_field = meta.get_field("id")
     node_field = meta.get_field("node").target_field  # type: ignore[union-attr]
     allocation_field = meta.get_field("allocation")
+    gpus_field = meta.get_field("gpus")
 
     def prepared(field: Any, value: Any) -> Any:
         return field.get_db_prep_value(value, connection)
@@ -125,12 +126,14 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
                     prepared(node_field, p.node_id),
                     prepared(allocation_field, dict(p.allocation)),
                     p.units,
+                    prepared(gpus_field, list(p.gpus)),
+                    p.batch_id or "",
                 ]
-            rows = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+            rows = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
             cursor.execute(
                 f"UPDATE {table} SET state = %s, node_id = v.column2, allocation = v.column3,"
-                f" units = v.column4, assigned_at = %s FROM (VALUES {rows}) AS v"
-                f" WHERE {table}.id = v.column1 AND {table}.state = %s",
+                f" units = v.column4, gpus = v.column5, batch_id = v.column6, assigned_at = %s"
+                f" FROM (VALUES {rows}) AS v WHERE {table}.id = v.column1 AND {table}.state = %s",
                 [ActionState.ASSIGNED.value, when, *values, ActionState.QUEUED.value],
             )
     order = {p.action_id: position for position, p in enumerate(placements)}

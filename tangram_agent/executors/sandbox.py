@@ -14,6 +14,12 @@ Layers, each covering what the others miss:
   reported as such), process count, CPU cores; and a complete kill list.
 - rlimits: CPU seconds, file size, open files, no core dumps; address space
   only when there is no memory cgroup.
+- GPUs: only the device files of the GPUs assigned (``/dev/nvidiaN``, with
+  ``nvidiactl`` and ``nvidia-uvm``) are bound into the sandbox, so the code
+  cannot touch the others. The driver then numbers the visible GPUs from 0,
+  so ``CUDA_VISIBLE_DEVICES`` is ``0..k-1`` there; ``TANGRAM_GPUS`` keeps the
+  host's ids. Where nothing is bound (no device files, or no bwrap and so the
+  host's ``/dev``), ``CUDA_VISIBLE_DEVICES`` is the host's ids.
 
 Without bwrap or cgroups it still runs, with what is left, and says so loudly
 once at start-up: check ``Sandbox.isolation``.
@@ -56,6 +62,8 @@ Language = Literal["python", "bash"]
 LAUNCH_FAILED = 125
 #: uids per agent; also the most slots an agent may have.
 UID_BLOCK = 1024
+#: Device files every CUDA process needs besides its GPUs' own ``nvidiaN``.
+GPU_SHARED_DEVICES = ("nvidiactl", "nvidia-uvm")
 
 
 def default_work_root() -> Path:
@@ -91,6 +99,8 @@ class SandboxSettings:
     cgroup_parent: str | None = None
     #: Host directories bound writable into every sandbox: (host path, sandbox path).
     extra_binds: tuple[tuple[str, str], ...] = ()
+    #: Where the host's ``nvidia*`` device files are (bound into sandboxes given GPUs).
+    device_dir: Path = Path("/dev")
 
 
 @dataclass(frozen=True)
@@ -322,6 +332,7 @@ class Sandbox:
         work: Path | None,
         env: dict[str, str],
         tmp_mib: float = 64,
+        devices: tuple[str, ...] = (),
     ) -> list[str]:
         """bwrap's command line; ``modern`` uses flags of bwrap >= 0.8 (no nested
         user namespaces, a size-capped /tmp)."""
@@ -339,6 +350,8 @@ class Sandbox:
             elif host.is_dir():
                 argv += ["--ro-bind", str(host), f"/{top}"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
+        for name in devices:
+            argv += ["--dev-bind", str(self.settings.device_dir / name), f"/dev/{name}"]
         if modern:
             # Without a memory cgroup nothing else would stop /tmp filling RAM.
             argv += ["--size", str(int(tmp_mib * 1024 * 1024))]
@@ -396,6 +409,23 @@ class Sandbox:
             if hard != resource.RLIM_INFINITY and value > hard:
                 limits[name] = hard
         return limits
+
+    def _gpu_devices(self, gpus: list[str]) -> tuple[tuple[str, ...], int]:
+        """The device files to bind for ``gpus``, and how many of the GPUs they give.
+
+        A GPU id is the ``N`` of ``/dev/nvidiaN``; an id without such a file
+        (a name, or a host without the driver) gets nothing bound.
+        """
+        root = self.settings.device_dir
+        own = [
+            f"nvidia{gpu}"
+            for gpu in gpus
+            if re.fullmatch("[0-9]+", gpu) and (root / f"nvidia{gpu}").exists()
+        ]
+        if not own:
+            return (), 0
+        shared = [name for name in GPU_SHARED_DEVICES if (root / name).exists()]
+        return (*own, *shared), len(own)
 
     # -- running ----------------------------------------------------------------
 
@@ -470,6 +500,8 @@ class Sandbox:
             await asyncio.to_thread(self._cleanup, run_dir, cgroup)
             return Outcome.invalid(f"sandbox setup failed: {exc}")
 
+        gpus = [str(gpu) for gpu in assignment.get("gpus") or ()]
+        devices, bound = self._gpu_devices(gpus) if self._bwrap_modern is not None else ((), 0)
         env = {
             "PATH": SANDBOX_PATH,
             "LANG": "C.UTF-8",
@@ -481,12 +513,22 @@ class Sandbox:
             "OMP_NUM_THREADS": str(max(1, math.ceil(cpus))),
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            "TANGRAM_GPUS": ",".join(gpus),
+            # Bound device files are all the driver shows, numbered from 0.
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(bound))) if bound else ",".join(gpus),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "TANGRAM_BATCH_ID": assignment.get("batch_id") or "",
         }
         interpreter = settings.python if language == "python" else settings.bash
         if self._bwrap_modern is not None:
             env["HOME"] = SANDBOX_DIR
             argv = self._bwrap_argv(
-                self._bwrap_modern, etc=run_dir / "etc", work=work, env=env, tmp_mib=memory_mib
+                self._bwrap_modern,
+                etc=run_dir / "etc",
+                work=work,
+                env=env,
+                tmp_mib=memory_mib,
+                devices=devices,
             )
             argv += [interpreter, main_name, *payload.args]
             spec = self._spec(

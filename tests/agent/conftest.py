@@ -33,9 +33,11 @@ def make_assignment(
     units: int = 1,
     action_id: str = "act-1",
     attempt: int = 1,
+    gpus: list[str] | None = None,
+    batch_id: str | None = None,
     **payload: Any,
 ) -> dict[str, Any]:
-    return {
+    assignment: dict[str, Any] = {
         "id": action_id,
         "attempt": attempt,
         "type": type,
@@ -44,6 +46,11 @@ def make_assignment(
         "units": units,
         "timeout_s": timeout_s,
     }
+    if gpus is not None:  # protocol 2; an older server sends neither
+        assignment["allocation"]["gpu"] = len(gpus)
+        assignment["gpus"] = gpus
+        assignment["batch_id"] = batch_id
+    return assignment
 
 
 def sandbox_processes(box: Sandbox, settle_s: float = 5.0) -> list[int]:

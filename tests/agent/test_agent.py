@@ -23,6 +23,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from tangram_agent.agent import Agent
 from tangram_agent.config import AgentConfig
 from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExecutor
+from tangram_agent.protocol import PROTOCOL_VERSION
 from tests.agent.conftest import make_assignment, needs_bwrap
 
 TOKEN = "agent-token"
@@ -132,7 +133,8 @@ def test_registers_with_token_capacity_and_executors() -> None:
         async with running_agent() as (server, agent):
             register = await server.next("register")
             assert server.authorization == [f"Bearer {TOKEN}"]
-            assert register["protocol"] == 1
+            assert register["protocol"] == PROTOCOL_VERSION
+            assert register["gpu_groups"] == []
             assert register["node"] == "node-a"
             assert register["capacity"] == {"cpu": 2, "memory": 1024}
             assert register["executors"] == ["sleep"]
@@ -140,6 +142,22 @@ def test_registers_with_token_capacity_and_executors() -> None:
             heartbeat = await server.next("heartbeat")
             assert heartbeat["running"] == []
             assert agent.node_id == "node-1"
+
+    arun(scenario)
+
+
+def test_registers_its_gpu_groups_and_offers_them_as_capacity() -> None:
+    async def scenario() -> None:
+        groups = (("0", "1", "2", "3"), ("4", "5", "6", "7"))
+        async with running_agent(gpu_groups=groups, gpu_memory_mib=81_920) as (server, _):
+            register = await server.next("register")
+            assert register["gpu_groups"] == [["0", "1", "2", "3"], ["4", "5", "6", "7"]]
+            assert register["capacity"] == {
+                "cpu": 2,
+                "memory": 1024,
+                "gpu": 8,
+                "gpu_memory": 8 * 81_920,
+            }
 
     arun(scenario)
 
@@ -340,6 +358,33 @@ def test_sandbox_action_through_the_agent(sandbox: Sandbox) -> None:
     arun(scenario)
 
 
+@needs_bwrap
+def test_a_sandbox_run_sees_the_gpus_and_batch_of_its_assignment(sandbox: Sandbox) -> None:
+    code = (
+        "import os; print(os.environ['TANGRAM_GPUS'], os.environ['CUDA_VISIBLE_DEVICES'],"
+        " os.environ['TANGRAM_BATCH_ID'])"
+    )
+
+    async def scenario() -> None:
+        executors: dict[str, Executor] = {"sandbox.python": SandboxExecutor(sandbox, "python")}
+        async with running_agent(executors=executors, gpu_groups=(("4", "5"),)) as (server, _):
+            await server.next("register")
+            for action_id in ("m1", "m2"):  # two members of one batch, each its own run
+                assignment = make_assignment(
+                    code, action_id=action_id, gpus=["4", "5"], batch_id="batch:m1"
+                )
+                await server.send({"type": "assign", "action": assignment})
+            results = [await server.next("result"), await server.next("result")]
+            assert sorted(r["action"] for r in results) == ["m1", "m2"]
+            for result in results:
+                assert result["state"] == "succeeded", result
+                # No /dev/nvidia* on a host without GPUs: the ids are the host's own.
+                assert result["stdout"] == "4,5 4,5 batch:m1\n"
+                await server.ack(result)
+
+    arun(scenario)
+
+
 def test_config_rejects_bad_values_and_builds_the_ws_url(tmp_path: Path) -> None:
     config = AgentConfig(server="https://tangram.example/base/", token="t", name="n")
     assert config.ws_url == "wss://tangram.example/base/ws/agent/"
@@ -349,6 +394,10 @@ def test_config_rejects_bad_values_and_builds_the_ws_url(tmp_path: Path) -> None
         AgentConfig(server="http://x", token="t", name="n", executors=("docker",))
     with pytest.raises(ValueError, match="http"):
         AgentConfig(server="ftp://x", token="t", name="n")
+    with pytest.raises(ValueError, match="'1' is listed twice"):
+        AgentConfig(server="http://x", token="t", name="n", gpu_groups=(("0", "1"), ("1",)))
+    with pytest.raises(ValueError, match="needs GPUs"):
+        AgentConfig(server="http://x", token="t", name="n", gpu_memory_mib=1024)
 
 
 def test_cli_reads_the_environment_and_drains_on_sigterm(shared_dir: Path) -> None:
@@ -372,6 +421,10 @@ def test_cli_reads_the_environment_and_drains_on_sigterm(shared_dir: Path) -> No
                 "2048",
                 "--executors",
                 "sleep",
+                "--gpus",
+                "0,1/2,3",
+                "--gpu-memory-mib",
+                "1000",
                 "--work-root",
                 str(shared_dir / "cli-work"),
                 env=env,
@@ -380,8 +433,9 @@ def test_cli_reads_the_environment_and_drains_on_sigterm(shared_dir: Path) -> No
                 register = await server.next("register")
                 assert (register["node"], register["capacity"]) == (
                     "cli-node",
-                    {"cpu": 3, "memory": 2048},
+                    {"cpu": 3, "memory": 2048, "gpu": 4, "gpu_memory": 4000},
                 )
+                assert register["gpu_groups"] == [["0", "1"], ["2", "3"]]
                 assert server.authorization == [f"Bearer {TOKEN}"]
                 await server.send({"type": "assign", "action": sleep_assignment(0.5)})
                 await server.next("started")

@@ -373,3 +373,64 @@ def test_run_dirs_left_by_a_dead_agent_are_wiped(sandbox_settings: SandboxSettin
         assert not leftover.exists()
     finally:
         second.close()
+
+
+#: What a run prints of its GPU view: the env and the nvidia device files it can see.
+GPU_PROBE = """
+import json, os
+print(json.dumps({
+    "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    "gpus": os.environ.get("TANGRAM_GPUS"),
+    "order": os.environ.get("CUDA_DEVICE_ORDER"),
+    "batch": os.environ.get("TANGRAM_BATCH_ID"),
+    "devices": sorted(name for name in os.listdir("/dev") if name.startswith("nvidia")),
+}))
+"""
+
+
+@pytest.fixture
+def fake_gpu_devices(shared_dir: Path) -> Path:
+    """A directory laid out like a 4-GPU host's /dev (plain files: no GPU here)."""
+    devices = shared_dir / "dev"
+    devices.mkdir(mode=0o755)
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm"):
+        (devices / name).write_text(name)
+        (devices / name).chmod(0o666)
+    return devices
+
+
+def test_a_run_sees_its_gpu_ids_and_batch_where_the_host_has_no_gpu_devices(
+    sandbox_settings: SandboxSettings, shared_dir: Path
+) -> None:
+    (shared_dir / "no-gpus").mkdir(mode=0o755)
+    box = Sandbox(replace(sandbox_settings, device_dir=shared_dir / "no-gpus"))
+    try:
+        outcome = run(box, make_assignment(GPU_PROBE, gpus=["2", "3"], batch_id="batch:b1"))
+    finally:
+        box.close()
+    assert outcome.state == "succeeded", outcome
+    assert json.loads(outcome.stdout) == {
+        "cuda": "2,3",
+        "gpus": "2,3",
+        "order": "PCI_BUS_ID",
+        "batch": "batch:b1",
+        "devices": [],
+    }
+
+
+def test_only_the_assigned_gpus_device_files_are_bound_and_numbered_from_0(
+    sandbox_settings: SandboxSettings, fake_gpu_devices: Path
+) -> None:
+    box = Sandbox(replace(sandbox_settings, device_dir=fake_gpu_devices))
+    try:
+        given = run(box, make_assignment(GPU_PROBE, gpus=["2", "3"]))
+        none = run(box, make_assignment(GPU_PROBE))
+    finally:
+        box.close()
+    assert given.state == "succeeded", given
+    seen = json.loads(given.stdout)
+    assert seen["devices"] == ["nvidia-uvm", "nvidia2", "nvidia3", "nvidiactl"]
+    assert (seen["gpus"], seen["cuda"], seen["batch"]) == ("2,3", "0,1", "")
+    assert none.state == "succeeded", none
+    seen = json.loads(none.stdout)
+    assert (seen["devices"], seen["gpus"], seen["cuda"]) == ([], "", "")

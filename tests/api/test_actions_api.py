@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from apps.actions.models import Action, ActionEvent
 from apps.tenants.models import ApiToken
 from apps.tenants.services import quota_set, token_revoke
-from tests.factories import ActionFactory
+from tests.factories import ActionFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -223,3 +223,56 @@ def test_elasticity_and_affinity_are_stored_and_returned(owner, node):
         "unit_kind": "cpu",
     }
     assert out["affinity"] == ["image:python3.11"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"batch_limit": 4}, "batch_limit"),
+        ({"batch_key": None, "batch_limit": 2}, "batch_limit"),
+        ({"batch_key": "rm", "batch_limit": 0}, "batch_limit"),
+        ({"batch_key": "rm", "batch_limit": 257}, "batch_limit"),
+        ({"batch_key": "rm", "batch_limit": "many"}, "batch_limit"),
+        ({"batch_key": "x" * 201, "batch_limit": 2}, "batch_key"),
+        ({"batch_key": "", "batch_limit": 2}, "batch_key"),
+        ({"batch_key": ["rm"]}, "batch_key"),
+    ],
+)
+def test_bad_batch_fields_are_refused_naming_the_field(owner, node, extra, field):
+    response = owner.client.post(URL, {**PY, **extra}, format="json")
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["errors"], response.json()
+    assert Action.objects.count() == 0
+
+
+def test_a_bad_batch_field_in_a_list_names_the_item(owner, node):
+    specs = [{**PY, "batch_key": "rm", "batch_limit": 8}, {**PY, "batch_limit": 8}]
+    response = owner.client.post(URL, specs, format="json")
+    assert response.status_code == 400
+    assert "1.batch_limit" in response.json()["errors"], response.json()
+    assert Action.objects.count() == 0
+
+
+def test_batch_fields_are_stored_and_shown_with_the_placement(owner, node):
+    batched = owner.client.post(URL, {**PY, "batch_key": "rm-7b", "batch_limit": 16}, format="json")
+    assert batched.status_code == 201, batched.json()
+    body = batched.json()
+    assert (body["batch_key"], body["batch_limit"], body["batch_id"]) == ("rm-7b", 16, None)
+    assert body["gpus"] == []
+    stored = Action.objects.get(pk=body["id"])
+    assert (stored.batch_key, stored.batch_limit) == ("rm-7b", 16)
+
+    alone = owner.client.post(URL, PY, format="json").json()
+    assert (alone["batch_key"], alone["batch_limit"]) == (None, 1)
+
+    Action.objects.filter(pk=body["id"]).update(
+        state="running", node=node, gpus=["4", "5"], batch_id="batch:x"
+    )
+    shown = owner.client.get(f"{URL}/{body['id']}").json()
+    assert (shown["gpus"], shown["batch_id"]) == (["4", "5"], "batch:x")
+
+
+def test_nodes_show_their_gpu_groups(staff_client):
+    NodeFactory(capacity={"cpu": 4, "gpu": 2}, gpu_groups=[["0"], ["1"]])
+    (shown,) = staff_client.get("/api/v1/nodes").json()
+    assert shown["gpu_groups"] == [["0"], ["1"]]

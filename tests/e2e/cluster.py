@@ -79,7 +79,7 @@ class Cluster:
         self.processes[name] = proc
         return proc
 
-    def start_agent(self, name: str, cpu: float = 2, memory: float = 4096) -> None:
+    def start_agent(self, name: str, *extra: str, cpu: float = 2, memory: float = 4096) -> None:
         self.spawn(
             name,
             sys.executable,
@@ -97,6 +97,7 @@ class Cluster:
             str(memory),
             "--shutdown-grace",
             "2",
+            *extra,
         )
 
     def start_redis(self) -> None:

@@ -102,3 +102,54 @@ def test_redis_gone_for_a_while_loses_nothing(cluster):
     assert [a.stdout for a in done] == [f"a{i}" for i in range(8)] + [f"b{i}" for i in range(8)]
     events = _terminal_events(cluster)
     assert len(events) == 16 and set(events.values()) == {1}
+
+
+#: What a sandbox run prints of what it was given.
+PROBE = (
+    "import os; print(os.environ['TANGRAM_GPUS'], os.environ['CUDA_VISIBLE_DEVICES'],"
+    " os.environ['TANGRAM_BATCH_ID'] or '-')"
+)
+
+
+def test_gpu_ids_and_batches_from_the_api_to_the_sandbox(tmp_path):
+    """An agent with two GPU groups: 2-GPU actions get a group each, a batch shares one node."""
+    with running_cluster(tmp_path, agents=[]) as cluster:
+        cluster.start_agent("gpu-node", "--gpus", "0,1/2,3")
+        wait_for(lambda: "gpu-node" in cluster.online_nodes(), 30, "gpu-node to register")
+        with Client(cluster.base_url, cluster.tenant_token) as client:
+            gpu = client.submit_many(
+                [
+                    {
+                        "type": "sandbox.python",
+                        "payload": {"code": f"import time; time.sleep(1); {PROBE}"},
+                        "demand": {"cpu": 1, "memory": 256, "gpu": 2},
+                    }
+                    for _ in range(2)
+                ]
+            )
+            batch = client.submit_many(
+                [
+                    {
+                        "type": "sandbox.python",
+                        "payload": {"code": PROBE},
+                        "demand": {"cpu": 2, "memory": 600},
+                        "batch_key": "rm",
+                        "batch_limit": 8,
+                    }
+                    for _ in range(6)
+                ]
+            )
+            done = client.wait_all([a.id for a in gpu + batch], timeout=120)
+
+    assert [a.state for a in done] == ["succeeded"] * 8, [(a.state, a.error) for a in done]
+    held = [a.raw["gpus"] for a in done[:2]]
+    assert sorted(sorted(gpus) for gpus in held) == [["0", "1"], ["2", "3"]]
+    for action, gpus in zip(done[:2], held, strict=True):
+        ids = ",".join(gpus)
+        assert action.stdout == f"{ids} {ids} -\n"
+    members = done[2:]
+    batch_ids = {a.raw["batch_id"] for a in members}
+    assert len(batch_ids) == 1 and None not in batch_ids
+    assert {a.node for a in members} == {"gpu-node"}
+    assert [a.stdout for a in members] == [f"  {batch_ids.pop()}\n"] * 6
+    assert all(a.raw["allocation"]["cpu"] == pytest.approx(2 / 6) for a in members)

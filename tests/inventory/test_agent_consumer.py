@@ -149,3 +149,71 @@ async def test_heartbeat_cancels_runs_that_are_no_longer_the_nodes(agent_token):
     node = await sync_to_async(Node.objects.get)(name="node-x")
     assert node.state == "online"
     await communicator.disconnect()
+
+
+async def _refused(agent_token: str, message: dict) -> str:
+    """The error the server answers ``message`` with (it then closes the socket)."""
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(message)
+    reply = await communicator.receive_json_from()
+    assert reply["type"] == "error", reply
+    assert (await communicator.receive_output())["type"] == "websocket.close"
+    await communicator.disconnect()
+    return reply["message"]
+
+
+def _gpu_register(groups, gpu: float) -> dict:
+    message = _register("gpu-node")
+    message["capacity"] = {**message["capacity"], "gpu": gpu}
+    message["gpu_groups"] = groups
+    return message
+
+
+@pytest.mark.parametrize(
+    ("groups", "gpu", "complaint"),
+    [
+        ([["0", "1"], ["1", "2"]], 4, "'1' is listed twice"),
+        ([["0", "1"], ["2", "3"]], 2, "list 4 GPU(s) but capacity gpu is 2"),
+        ([], 2, "list 0 GPU(s) but capacity gpu is 2"),
+        ([["0"], []], 1, "group 1 is empty"),
+        ([["0", 1]], 2, "1 in group 0 is not a plain name"),
+        ([["0", ""]], 2, "'' in group 0 is not a plain name"),
+        (["0,1"], 2, "must be a list of lists"),
+        ({"0": ["0"]}, 1, "must be a list of lists"),
+    ],
+)
+async def test_a_register_with_bad_gpu_groups_is_refused(agent_token, groups, gpu, complaint):
+    message = await _refused(agent_token, _gpu_register(groups, gpu))
+    assert message.startswith("register refused: gpu_groups") and complaint in message, message
+    assert not await sync_to_async(Node.objects.filter(name="gpu-node").exists)()
+
+
+async def test_a_register_with_an_unknown_protocol_is_refused(agent_token):
+    message = await _refused(agent_token, {**_register(), "protocol": PROTOCOL_VERSION + 1})
+    assert "protocol" in message
+    assert not await sync_to_async(Node.objects.exists)()
+
+
+async def test_a_protocol_1_agent_still_registers_without_gpus(agent_token):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({**_register(), "protocol": 1})
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    await communicator.disconnect()
+    node = await sync_to_async(Node.objects.get)(name="node-x")
+    assert node.gpu_groups == []
+
+
+async def test_gpu_groups_are_stored_and_assignments_carry_gpus_and_batch(agent_token):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_gpu_register([["0", "1"], ["2", "3"]], 4))
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    node = await sync_to_async(Node.objects.get)(name="gpu-node")
+    assert node.gpu_groups == [["0", "1"], ["2", "3"]] and node.capacity["gpu"] == 4
+
+    action = await sync_to_async(ActionFactory)(demand={"cpu": 1, "gpu": 2})
+    assert (await sync_to_async(schedule_round)()).placed == 1
+    assign = (await communicator.receive_json_from(timeout=5))["action"]
+    assert assign["id"] == str(action.pk)
+    assert sorted(assign["gpus"]) in (["0", "1"], ["2", "3"])
+    assert assign["batch_id"] is None
+    await communicator.disconnect()

@@ -1,0 +1,166 @@
+"""The live round with GPU topology and reward batches: what it commits, on Postgres."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.actions.models import Action
+from apps.inventory.models import Node
+from apps.inventory.services import assignment_of, nodes_reap_lost
+from apps.scheduling.selectors import scheduling_snapshot
+from apps.scheduling.services import schedule_round
+from tests.factories import ActionFactory, NodeFactory, TenantFactory
+
+pytestmark = pytest.mark.django_db
+
+TWO_GROUPS = [["0", "1", "2", "3"], ["4", "5", "6", "7"]]
+
+
+@pytest.fixture(autouse=True)
+def tangram_policy(settings):
+    settings.TANGRAM_POLICY = "tangram"
+
+
+def gpu_node(groups: list[list[str]], name: str = "gpu-node", **capacity: float) -> Node:
+    count = sum(len(group) for group in groups)
+    return NodeFactory(
+        name=name,
+        capacity={"cpu": 32, "memory": 100_000, "gpu": count, **capacity},
+        gpu_groups=groups,
+    )
+
+
+def gpu_action(count: int, **fields: object) -> Action:
+    return ActionFactory(demand={"cpu": 1, "memory": 16, "gpu": count}, **fields)
+
+
+def group_of(gpus: list[str], groups: list[list[str]]) -> int:
+    """The one group holding every id of ``gpus`` (fails if they straddle groups)."""
+    (found,) = {i for i, group in enumerate(groups) for gpu in gpus if gpu in group}
+    return found
+
+
+def test_a_multi_gpu_action_gets_its_ids_inside_one_group():
+    node = gpu_node(TWO_GROUPS)
+    action = gpu_action(2)
+    schedule_round()
+    action.refresh_from_db()
+    assert (action.state, action.node) == ("assigned", node)
+    assert len(action.gpus) == 2 and len(set(action.gpus)) == 2
+    group_of(action.gpus, TWO_GROUPS)
+    assert action.allocation["gpu"] == 2
+    assert assignment_of(action)["gpus"] == action.gpus
+
+
+def test_a_group_a_running_action_holds_part_of_is_skipped_for_a_2_gpu_action():
+    groups = [["0", "1"], ["2", "3"]]
+    node = gpu_node(groups)
+    gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["0"])
+    action = gpu_action(2)
+    schedule_round()
+    action.refresh_from_db()
+    assert action.state == "assigned"
+    assert sorted(action.gpus) == ["2", "3"]
+
+
+def test_a_running_actions_gpus_are_not_handed_out_until_it_finishes():
+    groups = [["0", "1", "2", "3"]]
+    gpu_node(groups)
+    first = gpu_action(3)
+    schedule_round()
+    first.refresh_from_db()
+    Action.objects.filter(pk=first.pk).update(state="running")
+    wide, narrow = gpu_action(2), gpu_action(1)
+    schedule_round()
+    wide.refresh_from_db()
+    narrow.refresh_from_db()
+    assert wide.state == "queued"  # one GPU is left, and it goes to the 1-GPU action
+    assert narrow.state == "assigned"
+    (left,) = set(groups[0]) - set(first.gpus)
+    assert narrow.gpus == [left]
+
+    Action.objects.filter(pk=first.pk).update(state="succeeded")
+    schedule_round()
+    wide.refresh_from_db()
+    assert wide.state == "assigned"
+    assert set(wide.gpus) <= set(first.gpus) and len(wide.gpus) == 2
+
+
+def test_the_snapshot_gives_each_node_its_free_gpu_groups_in_place():
+    node = gpu_node([["0", "1"], ["2", "3"]])
+    gpu_action(1, state="assigned", node=node, allocation={"gpu": 1}, gpus=["1"])
+    gpu_action(2, state="running", node=node, allocation={"gpu": 2}, gpus=["2", "3"])
+    gpu_action(1, state="succeeded", node=node, allocation={"gpu": 1}, gpus=["0"])
+    gpu_action(1)
+    (seen,) = scheduling_snapshot().nodes
+    assert seen.gpu_groups == (("0",), ())
+    assert seen.capacity["gpu"] == 1
+
+
+def test_a_requeued_action_gives_its_gpus_and_batch_back(settings):
+    node = gpu_node([["0", "1"]])
+    action = gpu_action(2)
+    schedule_round()
+    Action.objects.filter(pk=action.pk).update(batch_id="batch:x")
+    Node.objects.filter(pk=node.pk).update(
+        last_seen_at=timezone.now() - timedelta(seconds=settings.TANGRAM_LEASE_S + 1)
+    )
+    assert nodes_reap_lost() == 1
+    action.refresh_from_db()
+    assert (action.state, action.node, action.gpus, action.batch_id) == ("queued", None, [], "")
+
+
+def test_actions_with_one_batch_key_beyond_the_free_slots_share_a_batch_and_a_node():
+    node = NodeFactory(capacity={"cpu": 1, "memory": 1000})
+    NodeFactory(name="busy", capacity={"cpu": 1, "memory": 1000})
+    tenant = TenantFactory()
+    ActionFactory(state="running", node=Node.objects.get(name="busy"), allocation={"cpu": 1})
+    members = ActionFactory.create_batch(
+        4, tenant=tenant, demand={"cpu": 1, "memory": 100}, batch_key="rm-7b", batch_limit=8
+    )
+    assert schedule_round().placed == 4
+    placed = Action.objects.filter(pk__in=[m.pk for m in members])
+    assert {(a.state, a.node_id) for a in placed} == {("assigned", node.pk)}
+    (batch_id,) = {a.batch_id for a in placed}
+    assert batch_id
+    assert [a.allocation for a in placed] == [{"cpu": 0.25, "memory": 25.0}] * 4
+    assert {assignment_of(a)["batch_id"] for a in placed} == {batch_id}
+
+
+def test_batches_split_over_the_free_slots_each_on_one_node():
+    nodes = [NodeFactory(capacity={"cpu": 1, "memory": 1000}) for _ in range(2)]
+    members = ActionFactory.create_batch(
+        4, tenant=TenantFactory(), demand={"cpu": 1, "memory": 100}, batch_key="rm", batch_limit=2
+    )
+    assert schedule_round().placed == 4
+    by_batch: dict[str, set[object]] = {}
+    for action in Action.objects.filter(pk__in=[m.pk for m in members]):
+        by_batch.setdefault(action.batch_id, set()).add(action.node_id)
+        assert action.allocation == {"cpu": 0.5, "memory": 50.0}
+    assert sorted(by_batch.values(), key=str) == sorted(({n.pk} for n in nodes), key=str)
+
+
+def test_a_gpu_batch_shares_its_gpus_and_holds_them_for_the_next_round():
+    node = gpu_node([["0"], ["1"]])
+    gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["1"])
+    tenant = TenantFactory()
+    members = [gpu_action(1, tenant=tenant, batch_key="rm", batch_limit=4) for _ in range(3)]
+    assert schedule_round().placed == 3
+    placed = list(Action.objects.filter(pk__in=[m.pk for m in members]))
+    assert {(a.node_id, tuple(a.gpus)) for a in placed} == {(node.pk, ("0",))}
+    assert len({a.batch_id for a in placed}) == 1
+    assert sum(a.allocation["gpu"] for a in placed) == pytest.approx(1)
+    later = gpu_action(1)
+    schedule_round()
+    later.refresh_from_db()
+    assert later.state == "queued"  # both GPUs are held: one by the batch, one by the runner
+
+
+def test_an_action_without_a_batch_key_is_never_batched():
+    NodeFactory(capacity={"cpu": 1, "memory": 1000})
+    ActionFactory.create_batch(3, tenant=TenantFactory(), demand={"cpu": 1, "memory": 100})
+    assert schedule_round().placed == 1
+    assert list(Action.objects.filter(state="assigned").values_list("batch_id", flat=True)) == [""]
