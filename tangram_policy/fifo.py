@@ -1,7 +1,8 @@
 """Action-level FIFO per priority within tenant quotas, best-fit placement.
 
 The first live policy and the simulator's ``fifo`` baseline: one shared queue,
-every action at its minimum units, no affinity, no elasticity. Two passes per
+every action at its minimum units, no affinity, no elasticity, GPUs by id in
+order regardless of interconnect groups. Two passes per
 round: actions that fit inside their tenant's guarantee first, then borrowers
 up to their limit, leaving any non-lent idle guarantee free.
 """
@@ -69,6 +70,7 @@ class FifoPolicy:
         if node_id is None:
             no_room.add(_shape(action))
             return False
-        ledger.take(action.tenant, node_id, action.demand)
-        placements.append(Placement(action.id, node_id, dict(action.demand)))
+        gpus = ledger.first_gpus(node_id, action.demand)
+        ledger.take(action.tenant, node_id, action.demand, gpus)
+        placements.append(Placement(action.id, node_id, dict(action.demand), gpus=gpus))
         return True

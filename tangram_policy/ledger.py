@@ -30,19 +30,44 @@ class Ledger:
         self.free: dict[str, dict[str, float]] = {
             node.id: dict(node.capacity) for node in snapshot.nodes
         }
+        #: Free GPU ids per node that names its GPUs, in group order.
+        self.gpu_free: dict[str, list[str]] = {
+            node.id: [gpu for group in node.gpu_groups for gpu in group]
+            for node in snapshot.nodes
+            if node.gpu_groups
+        }
         self.usage: dict[str, dict[str, float]] = defaultdict(dict)
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         for running in snapshot.running:
-            self.take(running.tenant, running.node, running.allocation)
+            self.take(running.tenant, running.node, running.allocation, running.gpus)
 
-    def take(self, tenant: str, node_id: str, allocation: Resources) -> None:
+    def take(
+        self, tenant: str, node_id: str, allocation: Resources, gpus: tuple[str, ...] = ()
+    ) -> None:
+        """Charge ``allocation``; its GPUs are ``gpus``, or the first free ids when unknown."""
         free = self.free.get(node_id)
         if free is not None:
             for kind, amount in allocation.items():
                 free[kind] = free.get(kind, 0.0) - amount
+        ids = self.gpu_free.get(node_id)
+        count = int(round(allocation.get("gpu", 0.0)))
+        if ids is not None and count > 0:
+            if gpus:
+                held = set(gpus)
+                ids[:] = [gpu for gpu in ids if gpu not in held]
+            else:
+                del ids[:count]
         usage = self.usage[tenant]
         for kind, amount in allocation.items():
             usage[kind] = usage.get(kind, 0.0) + amount
+
+    def first_gpus(self, node_id: str, demand: Resources) -> tuple[str, ...]:
+        """The first free GPU ids ``demand`` asks for on ``node_id`` (none where unnamed)."""
+        count = int(round(demand.get("gpu", 0.0)))
+        ids = self.gpu_free.get(node_id)
+        if ids is None or count <= 0:
+            return ()
+        return tuple(ids[:count])
 
     def within_guarantee(self, tenant: str, demand: Resources) -> bool:
         quota = self.quotas.get(tenant)

@@ -86,6 +86,7 @@ def partial_view(snapshot: Snapshot) -> Snapshot:
                 node,
                 capacity=room[node.id],
                 gpu_groups=tuple(tuple(group) for group in gpus[node.id]),
+                gpu_group_size=largest_gpu_group(node),
             )
             for node in snapshot.nodes
         ),
@@ -95,6 +96,11 @@ def partial_view(snapshot: Snapshot) -> Snapshot:
         ),
         capacity=capacity if snapshot.capacity is None else snapshot.capacity,
     )
+
+
+def largest_gpu_group(node: Node) -> int:
+    """How many GPUs the node's largest interconnect group has when all are free."""
+    return node.gpu_group_size or max((len(group) for group in node.gpu_groups), default=0)
 
 
 def primary_kind(demand: Resources) -> str:
@@ -475,8 +481,18 @@ class Pool:
         return None
 
     def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:
-        """``count`` free GPU ids, inside one group when topology counts (best-fit group)."""
+        """``count`` free GPU ids, inside one group when topology counts (best-fit group).
+
+        An action larger than every group of the node spans the fewest groups
+        (the ones with most free first) rather than wait for a group it can
+        never fit in.
+        """
         groups = self.gpu_free[node_id]
+        if count > 1 and self.topology and count > largest_gpu_group(self.nodes[node_id]):
+            spanning: list[str] = []
+            for group in sorted(groups, key=len, reverse=True):
+                spanning += group[: count - len(spanning)]
+            return tuple(spanning) if len(spanning) == count else None
         if not self.topology or count == 1:
             candidates = [g for group in groups for g in group]
             if count == 1:

@@ -83,6 +83,10 @@ class Node:
     warm: frozenset[str] = frozenset()
     #: GPU ids grouped by interconnect (one tuple per NVLink/host group).
     gpu_groups: tuple[tuple[str, ...], ...] = ()
+    #: GPUs in the node's largest group when all are free; 0: the largest of
+    #: ``gpu_groups``. A view whose groups list only free ids (``Snapshot.capacity``)
+    #: says it, so that an action larger than every group is known to need several.
+    gpu_group_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

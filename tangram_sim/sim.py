@@ -94,6 +94,7 @@ class _Node:
                 self.executors,
                 frozenset(self.warm),
                 tuple(tuple(g) for g in self.gpu_free) if self.gpu_groups else (),
+                max((len(g) for g in self.gpu_groups), default=0),
             )
         return self.view
 

@@ -194,7 +194,8 @@ def _free_gpu_groups(
         if node_groups:
             taken = held.get(node.id, set())
             free = tuple(tuple(gpu for gpu in group if gpu not in taken) for group in node_groups)
-            node = replace(node, gpu_groups=free)
+            size = max(len(group) for group in node_groups)
+            node = replace(node, gpu_groups=free, gpu_group_size=size)
         out.append(node)
     return out
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tangram_policy.pool import partial_view
 from tangram_policy.registry import get_policy
 from tangram_policy.tangram import TangramConfig, TangramPolicy
 from tangram_policy.types import (
@@ -115,6 +116,41 @@ def test_multi_gpu_actions_stay_inside_one_interconnect_group() -> None:
     two = [_action("two", type="train", demand={"gpu": 2.0})]
     placement = get_policy("tangram").decide(_snapshot([node], two, running)).placements[0]
     assert set(placement.gpus) <= {"g5", "g6", "g7"} and len(placement.gpus) == 2
+
+
+def test_an_action_larger_than_every_group_spans_the_fewest_groups() -> None:
+    """Topology is a preference: 8 GPUs on a host of two 4-GPU groups span both,
+    5 take a whole free group and one more; in the partial view too, where the
+    groups list only free ids and the node says how large its groups are."""
+    groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
+    node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)
+    eight = [_action("eight", type="train", demand={"gpu": 8.0})]
+    placement = get_policy("tangram").decide(_snapshot([node], eight)).placements[0]
+    assert sorted(placement.gpus) == [g for group in groups for g in group]
+    running = [RunningAction("r", "t", "train", "g", {"gpu": 1.0}, 0.0, gpus=("g0",))]
+    five = [_action("five", type="train", demand={"gpu": 5.0})]
+    four = [_action("four", type="train", demand={"gpu": 4.0})]
+    for view in (lambda s: s, partial_view):
+        decided = get_policy("tangram").decide(view(_snapshot([node], five, running)))
+        assert sorted(decided.placements[0].gpus) == ["g1", "g4", "g5", "g6", "g7"]
+        decided = get_policy("tangram").decide(view(_snapshot([node], four, running)))
+        assert sorted(decided.placements[0].gpus) == ["g4", "g5", "g6", "g7"]
+        busy = [*running, RunningAction("r2", "t", "train", "g", {"gpu": 1.0}, 0.0, gpus=("g4",))]
+        # 3 + 3 free: a 4-GPU action waits for a whole group rather than span two.
+        assert not get_policy("tangram").decide(view(_snapshot([node], four, busy))).placements
+
+
+def test_fifo_hands_out_free_gpu_ids_in_order() -> None:
+    groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
+    node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)
+    running = [RunningAction("r", "t", "train", "g", {"gpu": 2.0}, 0.0, gpus=("g1", "g2"))]
+    pending = [
+        _action("a", type="train", demand={"gpu": 3.0}, submitted_at=1.0),
+        _action("b", type="train", demand={"gpu": 2.0}, submitted_at=2.0),
+    ]
+    for view in (lambda s: s, partial_view):
+        decided = get_policy("fifo").decide(view(_snapshot([node], pending, running)))
+        assert [p.gpus for p in decided.placements] == [("g0", "g3", "g4"), ("g5", "g6")]
 
 
 def test_elastic_actions_spread_on_an_idle_pool_and_stay_minimal_when_others_wait() -> None:

@@ -66,6 +66,23 @@ def test_a_group_a_running_action_holds_part_of_is_skipped_for_a_2_gpu_action():
     assert sorted(action.gpus) == ["2", "3"]
 
 
+def test_an_action_larger_than_every_group_spans_groups_and_a_smaller_one_waits_for_one():
+    """One GPU free in each 2-GPU group: 2 GPUs wait for a whole group, 3 can never fit one."""
+    groups = [["0", "1"], ["2", "3"], ["4", "5"]]
+    node = gpu_node(groups)
+    gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["0"])
+    gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["2"])
+    gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["4"])
+    pair = gpu_action(2, priority=1)  # first in line: no group has two free
+    three = gpu_action(3)
+    schedule_round()
+    pair.refresh_from_db()
+    three.refresh_from_db()
+    assert pair.state == "queued"
+    assert three.state == "assigned"
+    assert sorted(three.gpus) == ["1", "3", "5"]
+
+
 def test_a_running_actions_gpus_are_not_handed_out_until_it_finishes():
     groups = [["0", "1", "2", "3"]]
     gpu_node(groups)
