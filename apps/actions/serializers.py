@@ -95,6 +95,9 @@ class ActionInputSerializer(serializers.Serializer):
                 errors[kind] = "Must be a number."
             elif not math.isfinite(amount) or amount < 0:
                 errors[kind] = "Must be a finite number >= 0."
+            elif kind == "gpu" and amount != int(amount):
+                # A placement hands out whole devices by id; share one through gpu_memory.
+                errors[kind] = "Must be a whole number of GPUs."
         if errors:
             raise serializers.ValidationError(errors)
         return {kind: float(amount) for kind, amount in value.items()}

@@ -53,6 +53,7 @@ def test_submit_1000_at_once(owner, node):
         ({**PY, "demand": {"cpu": -1}}, "demand.cpu"),
         ({**PY, "demand": {"cpu": "lots"}}, "demand.cpu"),
         ({**PY, "demand": {"bananas": 1}}, "demand.bananas"),
+        ({**PY, "demand": {"gpu": 0.5}}, "demand.gpu"),
         ({**PY, "demand": {"cpu": 64}}, "demand.cpu"),
         ({**PY, "demand": {"memory": 10**9}}, "demand.memory"),
         ({**PY, "timeout_s": 0}, "timeout_s"),
