@@ -32,6 +32,12 @@ class Action:
     timeout_s: float | None = None
     attempt: int = 0
     node: str | None = None
+    #: What the placement holds: resources (with any extra elastic units), units, GPU ids.
+    allocation: dict[str, float] = field(default_factory=dict)
+    units: int = 1
+    gpus: tuple[str, ...] = ()
+    #: Shared by the actions placed together as one batch.
+    batch_id: str | None = None
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
@@ -68,6 +74,10 @@ class Action:
             timeout_s=_float(data.get("timeout_s")),
             attempt=int(data.get("attempt") or 0),
             node=data.get("node"),
+            allocation=dict(data.get("allocation") or {}),
+            units=int(data.get("units") or 1),
+            gpus=tuple(data.get("gpus") or ()),
+            batch_id=data.get("batch_id"),
             exit_code=data.get("exit_code"),
             stdout=data.get("stdout") or "",
             stderr=data.get("stderr") or "",

@@ -142,14 +142,14 @@ def test_gpu_ids_and_batches_from_the_api_to_the_sandbox(tmp_path):
             done = client.wait_all([a.id for a in gpu + batch], timeout=120)
 
     assert [a.state for a in done] == ["succeeded"] * 8, [(a.state, a.error) for a in done]
-    held = [a.raw["gpus"] for a in done[:2]]
+    held = [list(a.gpus) for a in done[:2]]
     assert sorted(sorted(gpus) for gpus in held) == [["0", "1"], ["2", "3"]]
     for action, gpus in zip(done[:2], held, strict=True):
         ids = ",".join(gpus)
         assert action.stdout == f"{ids} {ids} -\n"
     members = done[2:]
-    batch_ids = {a.raw["batch_id"] for a in members}
+    batch_ids = {a.batch_id for a in members}
     assert len(batch_ids) == 1 and None not in batch_ids
     assert {a.node for a in members} == {"gpu-node"}
     assert [a.stdout for a in members] == [f"  {batch_ids.pop()}\n"] * 6
-    assert all(a.raw["allocation"]["cpu"] == pytest.approx(2 / 6) for a in members)
+    assert all(a.allocation["cpu"] == pytest.approx(2 / 6) for a in members)
