@@ -19,7 +19,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -46,6 +46,19 @@ REGISTER_TIMEOUT_S = 30.0
 FLUSH_TIMEOUT_S = 5.0
 
 
+def whole_batch(assignment: Assignment) -> Assignment:
+    """A batch member with the batch's whole allocation: its share x the members.
+
+    The scheduler places a batch as one member's demand shared by its members;
+    run one at a time, each member may use all of it.
+    """
+    size = assignment.get("batch_size", 1)
+    if not assignment.get("batch_id") or size <= 1:
+        return assignment
+    whole = {kind: amount * size for kind, amount in assignment["allocation"].items()}
+    return {**assignment, "allocation": whole}
+
+
 class AgentRejected(Exception):
     """The server refused this agent (bad token, protocol mismatch ...)."""
 
@@ -68,6 +81,8 @@ class Agent:
         self._stop_event: asyncio.Event | None = None
         self._flushed: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None
+        #: Per batch id, the lock its members take turns on and how many hold or await it.
+        self._batches: dict[str, tuple[asyncio.Lock, int]] = {}
         self.node_id: str | None = None
         #: Set while registered with the server (for embedding and tests).
         self.registered = threading.Event()
@@ -294,7 +309,7 @@ class Agent:
         assert self._slots is not None
         started_at: float | None = None
         try:
-            async with self._slots:
+            async with self._batch_turn(assignment), self._slots:
                 started_at = time.time()
                 started: Started = {
                     "type": "started",
@@ -303,7 +318,7 @@ class Agent:
                     "started_at": started_at,
                 }
                 await self._send(started)
-                outcome = await self._execute(assignment)
+                outcome = await self._execute(whole_batch(assignment))
         except asyncio.CancelledError:
             if key in self._abandoned:
                 self._runs.pop(key, None)
@@ -321,6 +336,25 @@ class Agent:
         self._runs.pop(key, None)
         log.info("finished %s attempt %d: %s %s", key[0], key[1], outcome.state, outcome.error)
         await self._send(result)
+
+    @contextlib.asynccontextmanager
+    async def _batch_turn(self, assignment: Assignment) -> AsyncIterator[None]:
+        """Wait for this member's turn in its batch: members run one at a time."""
+        batch = assignment.get("batch_id")
+        if not batch or assignment.get("batch_size", 1) <= 1:
+            yield
+            return
+        lock, users = self._batches.get(batch, (asyncio.Lock(), 0))
+        self._batches[batch] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._batches[batch]
+            if users <= 1:
+                del self._batches[batch]
+            else:
+                self._batches[batch] = (lock, users - 1)
 
     async def _execute(self, assignment: Assignment) -> Outcome:
         executor = self._executors.get(assignment["type"])

@@ -31,7 +31,7 @@ Server -> agent
 
 An ``Assignment`` carries, from protocol 2, the GPU ids the action holds
 (``gpus``, inside one group) and the batch it belongs to (``batch_id``, null
-when alone); older agents ignore both, and the server still accepts their
+when alone, and ``batch_size``); older agents ignore both, and the server still accepts their
 protocol-1 ``register``, which has no ``gpu_groups`` (so offers no GPUs).
 
 Times are Unix seconds (float). A lease: a node whose last message is older
@@ -45,7 +45,7 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 #: What this agent speaks; 2 added ``gpu_groups`` to ``register`` and
-#: ``gpus``/``batch_id`` to ``Assignment``.
+#: ``gpus``/``batch_id``/``batch_size`` to ``Assignment``.
 PROTOCOL_VERSION = 2
 #: The oldest agent protocol the server still accepts.
 MIN_PROTOCOL_VERSION = 1
@@ -70,8 +70,11 @@ class Assignment(TypedDict):
     timeout_s: float
     #: GPU ids reserved for this action, all in one interconnect group (protocol 2).
     gpus: NotRequired[list[str]]
-    #: Shared by the members of one batch, each run as its own execution (protocol 2).
+    #: Shared by the members of one batch (protocol 2). Its ``batch_size``
+    #: members run one at a time, each with ``allocation`` x ``batch_size``: the
+    #: batch holds one member's demand, and no batching executor runs them as one.
     batch_id: NotRequired[str | None]
+    batch_size: NotRequired[int]
 
 
 class Register(TypedDict):

@@ -214,6 +214,7 @@ def actions_requeue(*, actions: QuerySet[Action], reason: str) -> int:
             units=1,
             gpus=[],
             batch_id="",
+            batch_size=1,
             attempt=F("attempt") + 1,
             assigned_at=None,
             started_at=None,

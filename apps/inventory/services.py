@@ -44,6 +44,7 @@ ASSIGNMENT_FIELDS = (
     "timeout_s",
     "gpus",
     "batch_id",
+    "batch_size",
     "node",
 )
 
@@ -59,6 +60,7 @@ def assignment_of(action: Action) -> Assignment:
         "timeout_s": action.timeout_s,
         "gpus": action.gpus,
         "batch_id": action.batch_id or None,
+        "batch_size": action.batch_size,
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 #: Key of the Postgres advisory lock that makes one round run at a time.
 ROUND_LOCK_KEY = 0x7A6E6772616D
-#: Placements written per UPDATE statement (6 parameters each: SQLite takes 32,766).
+#: Placements written per UPDATE statement (7 parameters each: SQLite takes 32,766).
 WRITE_CHUNK = 1000
 #: SQLite (embedded mode, one process) has no advisory locks; a process lock stands in.
 _local_round_lock = threading.Lock()
@@ -116,6 +116,7 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
         return field.get_db_prep_value(value, connection)
 
     when = prepared(meta.get_field("assigned_at"), now)
+    batch_sizes = Counter(p.batch_id for p in placements if p.batch_id)
     with connection.cursor() as cursor:
         for start in range(0, len(placements), WRITE_CHUNK):
             chunk = placements[start : start + WRITE_CHUNK]
@@ -128,11 +129,13 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
                     p.units,
                     prepared(gpus_field, list(p.gpus)),
                     p.batch_id or "",
+                    batch_sizes[p.batch_id] if p.batch_id else 1,
                 ]
-            rows = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
+            rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
             cursor.execute(
                 f"UPDATE {table} SET state = %s, node_id = v.column2, allocation = v.column3,"
-                f" units = v.column4, gpus = v.column5, batch_id = v.column6, assigned_at = %s"
+                f" units = v.column4, gpus = v.column5, batch_id = v.column6,"
+                f" batch_size = v.column7, assigned_at = %s"
                 f" FROM (VALUES {rows}) AS v WHERE {table}.id = v.column1 AND {table}.state = %s",
                 [ActionState.ASSIGNED.value, when, *values, ActionState.QUEUED.value],
             )

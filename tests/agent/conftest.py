@@ -35,6 +35,7 @@ def make_assignment(
     attempt: int = 1,
     gpus: list[str] | None = None,
     batch_id: str | None = None,
+    batch_size: int = 1,
     **payload: Any,
 ) -> dict[str, Any]:
     assignment: dict[str, Any] = {
@@ -50,6 +51,7 @@ def make_assignment(
         assignment["allocation"]["gpu"] = len(gpus)
         assignment["gpus"] = gpus
         assignment["batch_id"] = batch_id
+        assignment["batch_size"] = batch_size
     return assignment
 
 

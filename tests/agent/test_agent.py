@@ -360,9 +360,11 @@ def test_sandbox_action_through_the_agent(sandbox: Sandbox) -> None:
 
 @needs_bwrap
 def test_a_sandbox_run_sees_the_gpus_and_batch_of_its_assignment(sandbox: Sandbox) -> None:
+    """Members of a batch take turns, each with the batch's whole allocation (its share x 2)."""
     code = (
-        "import os; print(os.environ['TANGRAM_GPUS'], os.environ['CUDA_VISIBLE_DEVICES'],"
-        " os.environ['TANGRAM_BATCH_ID'])"
+        "import os, time; start = time.time(); time.sleep(0.5);"
+        " print(os.environ['TANGRAM_GPUS'], os.environ['CUDA_VISIBLE_DEVICES'],"
+        " os.environ['TANGRAM_BATCH_ID'], os.environ['TANGRAM_CPUS'], start, time.time())"
     )
 
     async def scenario() -> None:
@@ -371,16 +373,26 @@ def test_a_sandbox_run_sees_the_gpus_and_batch_of_its_assignment(sandbox: Sandbo
             await server.next("register")
             for action_id in ("m1", "m2"):  # two members of one batch, each its own run
                 assignment = make_assignment(
-                    code, action_id=action_id, gpus=["4", "5"], batch_id="batch:m1"
+                    code,
+                    action_id=action_id,
+                    cpu=1,
+                    gpus=["4", "5"],
+                    batch_id="batch:m1",
+                    batch_size=2,
                 )
                 await server.send({"type": "assign", "action": assignment})
             results = [await server.next("result"), await server.next("result")]
             assert sorted(r["action"] for r in results) == ["m1", "m2"]
+            runs = []
             for result in results:
                 assert result["state"] == "succeeded", result
+                *seen, start, end = result["stdout"].split()
                 # No /dev/nvidia* on a host without GPUs: the ids are the host's own.
-                assert result["stdout"] == "4,5 4,5 batch:m1\n"
+                assert seen == ["4,5", "4,5", "batch:m1", "2"]
+                runs.append((float(start), float(end)))
                 await server.ack(result)
+            first, second = sorted(runs)
+            assert first[1] <= second[0], "members of one batch ran at once"
 
     arun(scenario)
 

@@ -121,13 +121,19 @@ def test_a_requeued_action_gives_its_gpus_and_batch_back(settings):
     node = gpu_node([["0", "1"]])
     action = gpu_action(2)
     schedule_round()
-    Action.objects.filter(pk=action.pk).update(batch_id="batch:x")
+    Action.objects.filter(pk=action.pk).update(batch_id="batch:x", batch_size=3)
     Node.objects.filter(pk=node.pk).update(
         last_seen_at=timezone.now() - timedelta(seconds=settings.TANGRAM_LEASE_S + 1)
     )
     assert nodes_reap_lost() == 1
     action.refresh_from_db()
-    assert (action.state, action.node, action.gpus, action.batch_id) == ("queued", None, [], "")
+    assert (action.state, action.node, action.gpus, action.batch_id, action.batch_size) == (
+        "queued",
+        None,
+        [],
+        "",
+        1,
+    )
 
 
 def test_actions_with_one_batch_key_beyond_the_free_slots_share_a_batch_and_a_node():
@@ -144,7 +150,9 @@ def test_actions_with_one_batch_key_beyond_the_free_slots_share_a_batch_and_a_no
     (batch_id,) = {a.batch_id for a in placed}
     assert batch_id
     assert [a.allocation for a in placed] == [{"cpu": 0.25, "memory": 25.0}] * 4
-    assert {assignment_of(a)["batch_id"] for a in placed} == {batch_id}
+    assert {(assignment_of(a)["batch_id"], assignment_of(a)["batch_size"]) for a in placed} == {
+        (batch_id, 4)
+    }
 
 
 def test_batches_split_over_the_free_slots_each_on_one_node():
@@ -157,6 +165,7 @@ def test_batches_split_over_the_free_slots_each_on_one_node():
     for action in Action.objects.filter(pk__in=[m.pk for m in members]):
         by_batch.setdefault(action.batch_id, set()).add(action.node_id)
         assert action.allocation == {"cpu": 0.5, "memory": 50.0}
+        assert action.batch_size == 2
     assert sorted(by_batch.values(), key=str) == sorted(({n.pk} for n in nodes), key=str)
 
 

@@ -27,6 +27,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='action',
+            name='batch_size',
+            field=models.PositiveIntegerField(default=1),
+        ),
+        migrations.AddField(
+            model_name='action',
             name='gpus',
             field=models.JSONField(blank=True, default=list),
         ),
