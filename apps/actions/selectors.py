@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -30,31 +31,46 @@ def add_resources(into: dict[str, float], amounts: dict[str, Any]) -> None:
         into[kind] = into.get(kind, 0.0) + float(amount)
 
 
-def placed_usage() -> tuple[dict[Any, dict[str, float]], dict[Any, dict[str, float]]]:
-    """What assigned and running actions hold: per node id, and per tenant id.
+@dataclasses.dataclass
+class PlacedUsage:
+    """What assigned and running actions hold, and how many they are, per node and tenant id."""
+
+    by_node: dict[Any, dict[str, float]] = dataclasses.field(default_factory=dict)
+    by_tenant: dict[Any, dict[str, float]] = dataclasses.field(default_factory=dict)
+    actions_by_node: dict[Any, int] = dataclasses.field(default_factory=dict)
+    actions_by_tenant: dict[Any, int] = dataclasses.field(default_factory=dict)
+
+
+def placed_usage(*, tenant_id: Any = None, node_ids: Sequence[Any] | None = None) -> PlacedUsage:
+    """What assigned and running actions hold (of one tenant, on some nodes, or all).
 
     Grouped in SQL by (tenant, node, allocation), and each distinct allocation
     decoded once: thousands of running actions come back as a few rows.
     """
-    by_node: dict[Any, dict[str, float]] = {}
-    by_tenant: dict[Any, dict[str, float]] = {}
+    placed = Action.objects.filter(state__in=PLACED_STATES)
+    if tenant_id is not None:
+        placed = placed.filter(tenant_id=tenant_id)
+    if node_ids is not None:
+        placed = placed.filter(node_id__in=node_ids)
+    usage = PlacedUsage()
     decoded: dict[str, dict[str, Any]] = {}
     held = (
-        Action.objects.filter(state__in=PLACED_STATES)
-        .annotate(allocation_text=Cast("allocation", output_field=TextField()))
+        placed.annotate(allocation_text=Cast("allocation", output_field=TextField()))
         .values_list("tenant_id", "node_id", "allocation_text")
         .annotate(count=Count("id"))
         .order_by()
     )
-    for tenant_id, node_id, text, count in held:
+    for tenant_id_, node_id, text, count in held:
         allocation = decoded.get(text)
         if allocation is None:
             allocation = decoded[text] = json.loads(text) if text else {}
         amounts = {kind: float(amount) * count for kind, amount in allocation.items()}
-        add_resources(by_tenant.setdefault(tenant_id, {}), amounts)
+        add_resources(usage.by_tenant.setdefault(tenant_id_, {}), amounts)
+        usage.actions_by_tenant[tenant_id_] = usage.actions_by_tenant.get(tenant_id_, 0) + count
         if node_id is not None:
-            add_resources(by_node.setdefault(node_id, {}), amounts)
-    return by_node, by_tenant
+            add_resources(usage.by_node.setdefault(node_id, {}), amounts)
+            usage.actions_by_node[node_id] = usage.actions_by_node.get(node_id, 0) + count
+    return usage
 
 
 def placed_gpus(*, node_ids: Sequence[Any]) -> dict[Any, set[str]]:

@@ -114,7 +114,8 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
     """Everything the operator dashboard shows, as JSON-able data; staff only."""
     if not principal.is_staff:
         raise PermissionDenied("The dashboard is for staff.")
-    used_by_node, used_by_tenant = placed_usage()
+    placed = placed_usage()
+    used_by_node, used_by_tenant = placed.by_node, placed.by_tenant
     listing, listed_counts = _placed_listing()
     state_counts = _state_counts()
     quotas = _quotas()

@@ -203,7 +203,8 @@ def _free_gpu_groups(
 def scheduling_snapshot() -> Snapshot:
     now = timezone.now()
     decoded = _Decoded()
-    held_by_node, usage = placed_usage()
+    placed = placed_usage()
+    held_by_node, usage = placed.by_node, placed.by_tenant
     demands = _queued_demands(decoded)
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []

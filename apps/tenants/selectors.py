@@ -61,19 +61,12 @@ def principal_of(*, user) -> Principal:  # type: ignore[no-untyped-def]
 
 def tenant_usage(*, tenant: Tenant) -> dict[str, object]:
     """Resources held by the tenant's placed actions, and its queue lengths."""
-    from apps.actions.models import PLACED_STATES, Action, ActionState
-    from apps.actions.selectors import add_resources
+    from apps.actions.models import Action, ActionState
+    from apps.actions.selectors import placed_usage
 
-    usage: dict[str, float] = {}
-    allocations = Action.objects.filter(tenant=tenant, state__in=PLACED_STATES).values_list(
-        "allocation", flat=True
-    )
-    running = 0
-    for allocation in allocations:
-        add_resources(usage, allocation)
-        running += 1
+    placed = placed_usage(tenant_id=tenant.id)
     return {
-        "usage": usage,
+        "usage": placed.by_tenant.get(tenant.id, {}),
         "queued": Action.objects.filter(tenant=tenant, state=ActionState.QUEUED).count(),
-        "running": running,
+        "running": placed.actions_by_tenant.get(tenant.id, 0),
     }

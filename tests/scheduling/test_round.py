@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from apps.actions.models import Action, ActionEvent
-from apps.inventory.selectors import node_used
+from apps.actions.selectors import placed_usage
 from apps.inventory.services import nodes_reap_lost
 from apps.scheduling.selectors import scheduling_snapshot
 from apps.scheduling.services import WRITE_CHUNK, _assign, schedule_round
@@ -36,7 +36,7 @@ def test_round_never_exceeds_node_capacity():
     report = schedule_round()
     assert report.placed == 6  # memory binds: 3 per node
     for node in nodes:
-        used = node_used(node_ids=[node.id]).get(node.id, {})
+        used = placed_usage(node_ids=[node.id]).by_node.get(node.id, {})
         assert used["cpu"] <= 3 and used["memory"] <= 1000
     assert schedule_round().placed == 0
     assert ActionEvent.objects.filter(state="assigned").count() == 6
