@@ -117,10 +117,31 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
 
     when = prepared(meta.get_field("assigned_at"), now)
     batch_sizes = Counter(p.batch_id for p in placements if p.batch_id)
+    # A queued action holds no GPUs and no batch (a requeue clears them): most
+    # placements write only where, what and how many units, in the cheaper statement.
+    plain = [p for p in placements if not p.gpus and not p.batch_id]
+    rich = [p for p in placements if p.gpus or p.batch_id]
     with connection.cursor() as cursor:
-        for start in range(0, len(placements), WRITE_CHUNK):
-            chunk = placements[start : start + WRITE_CHUNK]
+        for start in range(0, len(plain), WRITE_CHUNK):
+            chunk = plain[start : start + WRITE_CHUNK]
             values: list[Any] = []
+            for p in chunk:
+                values += [
+                    prepared(id_field, p.action_id),
+                    prepared(node_field, p.node_id),
+                    prepared(allocation_field, dict(p.allocation)),
+                    p.units,
+                ]
+            cursor.execute(
+                f"UPDATE {table} SET state = %s, node_id = v.column2, allocation = v.column3,"
+                f" units = v.column4, assigned_at = %s"
+                f" FROM (VALUES {', '.join(['(%s, %s, %s, %s)'] * len(chunk))}) AS v"
+                f" WHERE {table}.id = v.column1 AND {table}.state = %s",
+                [ActionState.ASSIGNED.value, when, *values, ActionState.QUEUED.value],
+            )
+        for start in range(0, len(rich), WRITE_CHUNK):
+            chunk = rich[start : start + WRITE_CHUNK]
+            values = []
             for p in chunk:
                 values += [
                     prepared(id_field, p.action_id),
@@ -131,12 +152,12 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
                     p.batch_id or "",
                     batch_sizes[p.batch_id] if p.batch_id else 1,
                 ]
-            rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
             cursor.execute(
                 f"UPDATE {table} SET state = %s, node_id = v.column2, allocation = v.column3,"
                 f" units = v.column4, gpus = v.column5, batch_id = v.column6,"
                 f" batch_size = v.column7, assigned_at = %s"
-                f" FROM (VALUES {rows}) AS v WHERE {table}.id = v.column1 AND {table}.state = %s",
+                f" FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s, %s)'] * len(chunk))}) AS v"
+                f" WHERE {table}.id = v.column1 AND {table}.state = %s",
                 [ActionState.ASSIGNED.value, when, *values, ActionState.QUEUED.value],
             )
     order = {p.action_id: position for position, p in enumerate(placements)}
