@@ -32,6 +32,7 @@ class PlacedActionView(TypedDict):
     attempt: int
     units: int
     allocation: dict[str, float]
+    gpus: list[str]
     assigned_at: str | None
     started_at: str | None
 

@@ -35,8 +35,8 @@ def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
-def _placed_listing() -> tuple[dict[Any, list[PlacedActionView]], dict[Any, int]]:
-    """The first NODE_ACTIONS_CAP placed actions of each node, and each node's count."""
+def _placed_listing() -> dict[Any, list[PlacedActionView]]:
+    """The first NODE_ACTIONS_CAP placed actions of each node."""
     ranked = (
         Action.objects.filter(state__in=PLACED_STATES, node__isnull=False)
         .annotate(
@@ -56,6 +56,7 @@ def _placed_listing() -> tuple[dict[Any, list[PlacedActionView]], dict[Any, int]
             "attempt",
             "units",
             "allocation",
+            "gpus",
             "assigned_at",
             "started_at",
         )
@@ -72,17 +73,12 @@ def _placed_listing() -> tuple[dict[Any, list[PlacedActionView]], dict[Any, int]
                 "attempt": row["attempt"],
                 "units": row["units"],
                 "allocation": {k: float(v) for k, v in row["allocation"].items()},
+                "gpus": [str(gpu) for gpu in row["gpus"]],
                 "assigned_at": _iso(row["assigned_at"]),
                 "started_at": _iso(row["started_at"]),
             }
         )
-    counts = dict(
-        Action.objects.filter(state__in=PLACED_STATES, node__isnull=False)
-        .values("node_id")
-        .annotate(n=Count("id"))
-        .values_list("node_id", "n")
-    )
-    return listing, counts
+    return listing
 
 
 def _state_counts() -> dict[Any, dict[str, int]]:
@@ -116,7 +112,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
         raise PermissionDenied("The dashboard is for staff.")
     placed = placed_usage()
     used_by_node, used_by_tenant = placed.by_node, placed.by_tenant
-    listing, listed_counts = _placed_listing()
+    listing = _placed_listing()
     state_counts = _state_counts()
     quotas = _quotas()
 
@@ -143,7 +139,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
                 "used": {kind: used.get(kind, 0.0) for kind in capacity} | used,
                 "free": {kind: amount - used.get(kind, 0.0) for kind, amount in capacity.items()},
                 "actions": listing.get(node.id, []),
-                "actions_total": listed_counts.get(node.id, 0),
+                "actions_total": placed.actions_by_node.get(node.id, 0),
             }
         )
         totals["nodes"] += 1

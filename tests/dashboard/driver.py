@@ -18,12 +18,13 @@ STAFF_USERNAME = "ops"
 STAFF_PASSWORD = "dashboard-test-password"
 TENANT = "acme"
 NODE = "node-a"
-NODE_CAPACITY = {"cpu": 4, "memory": 8192}
+NODE_CAPACITY = {"cpu": 4, "memory": 8192, "gpu": 2}
 SUBMITTED = 5
 
 
 def seed() -> dict[str, Any]:
-    """Staff, a tenant with a cpu quota, a node of 4 cores, and five queued one-core actions."""
+    """Staff, a tenant with a cpu quota, a node of 4 cores and 2 GPUs, and five queued
+    one-core actions, the first of which also asks for a GPU."""
     from django.contrib.auth.models import User
 
     from apps.actions.services import actions_submit
@@ -36,9 +37,10 @@ def seed() -> dict[str, Any]:
     node_register(
         message={
             "type": "register",
-            "protocol": 1,
+            "protocol": 2,
             "node": NODE,
             "capacity": NODE_CAPACITY,
+            "gpu_groups": [["0", "1"]],
             "executors": ["sleep"],
             "warm": [],
             "labels": {},
@@ -51,7 +53,8 @@ def seed() -> dict[str, Any]:
         "demand": {"cpu": 1, "memory": 256},
         "timeout_s": 120,
     }
-    actions = actions_submit(tenant=tenant, specs=[spec] * SUBMITTED, bulk=True)
+    with_gpu = {**spec, "demand": {**spec["demand"], "gpu": 1}, "priority": 1}
+    actions = actions_submit(tenant=tenant, specs=[with_gpu] + [spec] * (SUBMITTED - 1), bulk=True)
     return {"submitted": [str(a.id) for a in actions]}
 
 

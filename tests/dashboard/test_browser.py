@@ -142,7 +142,7 @@ def page(dashboard_server):
 @needs_chromium
 def test_the_dashboard_follows_actions_from_queue_to_node_to_done(dashboard_server, page):
     expect = playwright_sync.expect
-    dashboard_server.drive("seed")
+    gpu_action = dashboard_server.drive("seed")["submitted"][0]
 
     page.goto(f"{dashboard_server.base_url}/admin/login/?next=/")
     page.fill("#id_username", driver.STAFF_USERNAME)
@@ -170,6 +170,8 @@ def test_the_dashboard_follows_actions_from_queue_to_node_to_done(dashboard_serv
     expect(tid(f"{node}-used-cpu")).to_have_text("4", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{node}-free-cpu")).to_have_text("0", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{node}-used-memory")).to_have_text("1 GiB", timeout=UPDATE_WAIT_MS)
+    expect(tid(f"{node}-used-gpu")).to_have_text("1", timeout=UPDATE_WAIT_MS)
+    expect(tid(f"action-{gpu_action}-alloc")).to_contain_text("GPU 0")
 
     started = dashboard_server.drive("start", "2")["started"]
     running = tid(f"{node}-running").locator("li[data-state=running]")

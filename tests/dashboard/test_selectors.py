@@ -60,6 +60,7 @@ def test_snapshot_shows_nodes_with_used_free_and_placed_actions():
         "attempt": 1,
         "units": 1,
         "allocation": {"cpu": 1.0, "memory": 16.0},
+        "gpus": [],
         "assigned_at": None,
         "started_at": None,
     }

@@ -119,6 +119,7 @@
     const since = action.state === "running" ? action.started_at : action.assigned_at;
     const alloc = kindsOf(action.allocation)
       .map((kind) => (kind === "memory" ? amount(kind, action.allocation[kind]) : `${amount(kind, action.allocation[kind])} ${kind}`))
+      .concat(action.gpus && action.gpus.length ? [`GPU ${action.gpus.join(",")}`] : [])
       .join(" · ");
     return el(
       "li",
@@ -126,7 +127,7 @@
       el("span", { class: `badge state-${action.state}` }, action.state),
       el("span", { class: "type" }, action.type),
       el("span", { class: "tenant" }, action.tenant),
-      el("span", { class: "alloc muted", title: alloc }, alloc),
+      el("span", { class: "alloc muted", title: alloc, testid: `action-${action.id}-alloc` }, alloc),
       el("span", { class: "since muted", "data-since": since || "" }, ago(since)),
       el("span", { class: "id muted", title: action.id }, action.id.slice(0, 8)),
     );
