@@ -215,6 +215,7 @@ class Agent:
             "labels": dict(self.config.labels),
             "running": self.running,
             "gpu_groups": [list(group) for group in self.config.gpu_groups],
+            "sent_at": time.time(),
         }
         await ws.send(json.dumps(register))
         reply = json.loads(await asyncio.wait_for(ws.recv(), REGISTER_TIMEOUT_S))
@@ -248,7 +249,11 @@ class Agent:
     async def _heartbeat(self, ws: ClientConnection, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            message: Heartbeat = {"type": "heartbeat", "running": self.running}
+            message: Heartbeat = {
+                "type": "heartbeat",
+                "running": self.running,
+                "sent_at": time.time(),
+            }
             with contextlib.suppress(ConnectionClosed):
                 await ws.send(json.dumps(message))
 

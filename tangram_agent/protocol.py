@@ -44,8 +44,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-#: What this agent speaks; 2 added ``gpu_groups`` to ``register`` and
-#: ``gpus``/``batch_id``/``batch_size`` to ``Assignment``.
+#: What this agent speaks; 2 added ``gpu_groups`` to ``register``, ``sent_at``
+#: to ``register`` and ``heartbeat``, and ``gpus``/``batch_id``/``batch_size`` to
+#: ``Assignment``.
 PROTOCOL_VERSION = 2
 #: The oldest agent protocol the server still accepts.
 MIN_PROTOCOL_VERSION = 1
@@ -88,11 +89,16 @@ class Register(TypedDict):
     running: list[ActionRef]
     #: GPU ids per interconnect group (protocol 2); absent or empty: no GPUs.
     gpu_groups: NotRequired[list[list[str]]]
+    #: The agent's clock when it sent this (protocol 2): see ``Heartbeat.sent_at``.
+    sent_at: NotRequired[float]
 
 
 class Heartbeat(TypedDict):
     type: Literal["heartbeat"]
     running: list[ActionRef]
+    #: The agent's clock when it sent this (protocol 2). The server measures the
+    #: agent's clock against its own and shifts a skewed agent's times.
+    sent_at: NotRequired[float]
 
 
 class Started(TypedDict):

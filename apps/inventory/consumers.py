@@ -7,6 +7,8 @@ forwards what the scheduler pushes to the node's group.
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -31,9 +33,44 @@ def _bearer(scope: dict[str, Any]) -> str:
     return ""
 
 
+#: Clock differences up to this are left alone: a shift would add the message's
+#: transit time, while NTP keeps healthy clocks within milliseconds.
+CLOCK_SKEW_TOLERANCE_S = 1.0
+#: Recent (server - agent) clock samples kept; their minimum is the estimate.
+CLOCK_SAMPLES = 16
+
+
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     node_id: Any = None
     group: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._clock_samples: deque[float] = deque(maxlen=CLOCK_SAMPLES)
+        #: Seconds added to the agent's times (start, finish) to put them on the server's clock.
+        self.clock_offset_s = 0.0
+
+    def _sample_clock(self, content: dict[str, Any]) -> None:
+        """Measure the agent's clock from a message's ``sent_at``.
+
+        Each sample is the skew plus the message's transit time, so the minimum
+        of recent samples is the best estimate. ACT is finish (agent) less
+        submit (server): a skewed agent would report it wrong by the skew.
+        """
+        sent_at = content.get("sent_at")
+        if isinstance(sent_at, bool) or not isinstance(sent_at, int | float):
+            return
+        self._clock_samples.append(time.time() - float(sent_at))
+        skew = min(self._clock_samples)
+        offset = skew if abs(skew) > CLOCK_SKEW_TOLERANCE_S else 0.0
+        if offset and not self.clock_offset_s:
+            logger.warning(
+                "node %s: agent clock off by %.1f s; shifting its times", self.node_id, -skew
+            )
+        self.clock_offset_s = offset
+
+    def _on_server_clock(self, at: Any) -> Any:
+        return float(at) + self.clock_offset_s if at is not None else None
 
     async def connect(self) -> None:
         raw = _bearer(self.scope)
@@ -62,6 +99,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             if kind == "register":
                 await self._register(content)
             elif kind == "heartbeat":
+                self._sample_clock(content)
                 resend, stale = await database_sync_to_async(services.node_heartbeat)(
                     node_id=self.node_id, running=content.get("running", [])
                 )
@@ -71,11 +109,16 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                     node_id=self.node_id,
                     action_id=content["action"],
                     attempt=int(content["attempt"]),
-                    started_at=float(content["started_at"]),
+                    started_at=self._on_server_clock(content["started_at"]),
                 )
             elif kind == "result":
+                result = {
+                    **content,
+                    "started_at": self._on_server_clock(content.get("started_at")),
+                    "finished_at": self._on_server_clock(content["finished_at"]),
+                }
                 await database_sync_to_async(action_record_result)(
-                    node_id=self.node_id, result=content
+                    node_id=self.node_id, result=result
                 )
                 await self.send_json(
                     {"type": "ack", "action": content["action"], "attempt": content["attempt"]}
@@ -100,6 +143,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self._refuse(f"register refused: {exc.message}")
             return
         self.node_id = node.id
+        self._sample_clock(content)
         self.group = agent_group(str(node.id))
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.send_json(

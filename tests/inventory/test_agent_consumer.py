@@ -217,3 +217,47 @@ async def test_gpu_groups_are_stored_and_assignments_carry_gpus_and_batch(agent_
     assert sorted(assign["gpus"]) in (["0", "1"], ["2", "3"])
     assert assign["batch_id"] is None
     await communicator.disconnect()
+
+
+@pytest.mark.parametrize("skew_s", [-120.0, 0.0, 300.0])
+async def test_a_skewed_agents_times_are_put_on_the_servers_clock(agent_token, skew_s):
+    """The agent's clock reads ``skew_s`` off; it says so in ``sent_at``. Times of a
+    skewed agent are shifted; a clock within the tolerance is taken as it is."""
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({**_register(), "sent_at": time.time() + skew_s})
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    await communicator.send_json_to(
+        {"type": "heartbeat", "running": [], "sent_at": time.time() + skew_s}
+    )
+    action = await sync_to_async(ActionFactory)(demand={"cpu": 1})
+    assert (await sync_to_async(schedule_round)()).placed == 1
+    await communicator.receive_json_from(timeout=5)
+    ran_at = time.time() - 30  # on the server's clock: started 30 s ago, ran 10 s
+    agent_clock = ran_at + skew_s
+    await communicator.send_json_to(
+        {"type": "started", "action": str(action.pk), "attempt": 1, "started_at": agent_clock}
+    )
+    await communicator.send_json_to(
+        {
+            "type": "result",
+            "action": str(action.pk),
+            "attempt": 1,
+            "state": "succeeded",
+            "exit_code": 0,
+            "stdout": "",
+            "stderr": "",
+            "stdout_truncated": False,
+            "stderr_truncated": False,
+            "error": "",
+            "started_at": agent_clock,
+            "finished_at": agent_clock + 10,
+        }
+    )
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    await communicator.disconnect()
+
+    stored = await sync_to_async(Action.objects.get)(pk=action.pk)
+    assert stored.started_at.timestamp() == pytest.approx(ran_at, abs=0.5)
+    assert stored.finished_at.timestamp() == pytest.approx(ran_at + 10, abs=0.5)
+    if not skew_s:  # within the tolerance: exactly what the agent said
+        assert stored.started_at.timestamp() == pytest.approx(agent_clock, abs=1e-3)
