@@ -120,46 +120,38 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
     # A queued action holds no GPUs and no batch (a requeue clears them): most
     # placements write only where, what and how many units, in the cheaper statement.
     plain = [p for p in placements if not p.gpus and not p.batch_id]
-    rich = [p for p in placements if p.gpus or p.batch_id]
+    rich_placements = [p for p in placements if p.gpus or p.batch_id]
+
+    def row(p: Placement, rich: bool) -> list[Any]:
+        values = [
+            prepared(id_field, p.action_id),
+            prepared(node_field, p.node_id),
+            prepared(allocation_field, dict(p.allocation)),
+            p.units,
+        ]
+        if rich:
+            batch = p.batch_id or ""
+            values += [prepared(gpus_field, list(p.gpus)), batch, batch_sizes[batch] or 1]
+        return values
+
     with connection.cursor() as cursor:
-        for start in range(0, len(plain), WRITE_CHUNK):
-            chunk = plain[start : start + WRITE_CHUNK]
-            values: list[Any] = []
-            for p in chunk:
-                values += [
-                    prepared(id_field, p.action_id),
-                    prepared(node_field, p.node_id),
-                    prepared(allocation_field, dict(p.allocation)),
-                    p.units,
-                ]
-            cursor.execute(
-                f"UPDATE {table} SET state = %s, node_id = v.column2, allocation = v.column3,"
-                f" units = v.column4, assigned_at = %s"
-                f" FROM (VALUES {', '.join(['(%s, %s, %s, %s)'] * len(chunk))}) AS v"
-                f" WHERE {table}.id = v.column1 AND {table}.state = %s",
-                [ActionState.ASSIGNED.value, when, *values, ActionState.QUEUED.value],
-            )
-        for start in range(0, len(rich), WRITE_CHUNK):
-            chunk = rich[start : start + WRITE_CHUNK]
-            values = []
-            for p in chunk:
-                values += [
-                    prepared(id_field, p.action_id),
-                    prepared(node_field, p.node_id),
-                    prepared(allocation_field, dict(p.allocation)),
-                    p.units,
-                    prepared(gpus_field, list(p.gpus)),
-                    p.batch_id or "",
-                    batch_sizes[p.batch_id] if p.batch_id else 1,
-                ]
-            cursor.execute(
-                f"UPDATE {table} SET state = %s, node_id = v.column2, allocation = v.column3,"
-                f" units = v.column4, gpus = v.column5, batch_id = v.column6,"
-                f" batch_size = v.column7, assigned_at = %s"
-                f" FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s, %s)'] * len(chunk))}) AS v"
-                f" WHERE {table}.id = v.column1 AND {table}.state = %s",
-                [ActionState.ASSIGNED.value, when, *values, ActionState.QUEUED.value],
-            )
+        for rich, chosen in ((False, plain), (True, rich_placements)):
+            extra = ", gpus = v.column5, batch_id = v.column6, batch_size = v.column7"
+            row_sql = "(%s, %s, %s, %s, %s, %s, %s)" if rich else "(%s, %s, %s, %s)"
+            for start in range(0, len(chosen), WRITE_CHUNK):
+                chunk = chosen[start : start + WRITE_CHUNK]
+                cursor.execute(
+                    f"UPDATE {table} SET state = %s, node_id = v.column2, allocation = v.column3,"
+                    f" units = v.column4{extra if rich else ''}, assigned_at = %s"
+                    f" FROM (VALUES {', '.join([row_sql] * len(chunk))}) AS v"
+                    f" WHERE {table}.id = v.column1 AND {table}.state = %s",
+                    [
+                        ActionState.ASSIGNED.value,
+                        when,
+                        *(value for p in chunk for value in row(p, rich)),
+                        ActionState.QUEUED.value,
+                    ],
+                )
     order = {p.action_id: position for position, p in enumerate(placements)}
     assigned = Action.objects.filter(
         pk__in=list(order), state=ActionState.ASSIGNED, assigned_at=now

@@ -14,7 +14,7 @@ from apps.inventory.services import agent_token_issue
 from apps.scheduling.services import schedule_round
 from tangram_agent.protocol import PROTOCOL_VERSION
 from tangram_web.asgi import application
-from tests.factories import ActionFactory
+from tests.factories import ActionFactory, succeeded_result
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -238,20 +238,7 @@ async def test_a_skewed_agents_times_are_put_on_the_servers_clock(agent_token, s
         {"type": "started", "action": str(action.pk), "attempt": 1, "started_at": agent_clock}
     )
     await communicator.send_json_to(
-        {
-            "type": "result",
-            "action": str(action.pk),
-            "attempt": 1,
-            "state": "succeeded",
-            "exit_code": 0,
-            "stdout": "",
-            "stderr": "",
-            "stdout_truncated": False,
-            "stderr_truncated": False,
-            "error": "",
-            "started_at": agent_clock,
-            "finished_at": agent_clock + 10,
-        }
+        succeeded_result(action.pk, 1, started_at=agent_clock, finished_at=agent_clock + 10)
     )
     assert (await communicator.receive_json_from())["type"] == "ack"
     await communicator.disconnect()
