@@ -1,10 +1,10 @@
 """Action-level FIFO per priority within tenant quotas, best-fit placement.
 
 The first live policy and the simulator's ``fifo`` baseline: one shared queue,
-every action at its minimum units, no affinity, no elasticity, GPUs by id in
-order regardless of interconnect groups. Two passes per
-round: actions that fit inside their tenant's guarantee first, then borrowers
-up to their limit, leaving any non-lent idle guarantee free.
+every action at its minimum units, no affinity, no elasticity, GPU ids taken in
+order regardless of interconnect groups. Two passes per round: actions that
+fit inside their tenant's guarantee first, then borrowers up to their limit,
+leaving any non-lent idle guarantee free.
 """
 
 from __future__ import annotations
