@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from apps.actions.models import Action, ActionEvent
@@ -67,8 +67,8 @@ async def test_register_assign_started_result_ack(agent_token):
     await communicator.send_json_to(_register())
     registered = await communicator.receive_json_from()
     assert registered["type"] == "registered" and registered["lease_s"] > 0
-    action = await sync_to_async(ActionFactory)(demand={"cpu": 1})
-    assert (await sync_to_async(schedule_round)()).placed == 1
+    action = await database_sync_to_async(ActionFactory)(demand={"cpu": 1})
+    assert (await database_sync_to_async(schedule_round)()).placed == 1
     assign = await communicator.receive_json_from(timeout=5)
     assert assign["type"] == "assign" and assign["action"]["id"] == str(action.pk)
     assert assign["action"]["allocation"] == {"cpu": 1}
@@ -102,9 +102,9 @@ async def test_register_assign_started_result_ack(agent_token):
     assert (await communicator.receive_json_from())["type"] == "ack"
     await communicator.disconnect()
 
-    stored = await sync_to_async(Action.objects.get)(pk=action.pk)
+    stored = await database_sync_to_async(Action.objects.get)(pk=action.pk)
     assert (stored.state, stored.stdout) == ("succeeded", "ok")
-    events = await sync_to_async(
+    events = await database_sync_to_async(
         lambda: list(ActionEvent.objects.filter(action=action).values_list("state", flat=True))
     )()
     assert sorted(events) == ["assigned", "running", "succeeded"]
@@ -114,11 +114,13 @@ async def test_reconnect_resends_assignments_and_requeues_lost_runs(agent_token)
     communicator = await _connect(agent_token)
     await communicator.send_json_to(_register())
     await communicator.receive_json_from()
-    kept, lost = await sync_to_async(lambda: [ActionFactory(), ActionFactory()])()
-    await sync_to_async(schedule_round)()
+    kept, lost = await database_sync_to_async(lambda: [ActionFactory(), ActionFactory()])()
+    await database_sync_to_async(schedule_round)()
     await communicator.receive_json_from(timeout=5)
     await communicator.receive_json_from(timeout=5)
-    await sync_to_async(lambda: Action.objects.filter(pk=lost.pk).update(state="running"))()
+    await database_sync_to_async(
+        lambda: Action.objects.filter(pk=lost.pk).update(state="running")
+    )()
     await communicator.disconnect()
 
     # The agent restarted: it holds nothing. The assigned action is sent again,
@@ -128,7 +130,7 @@ async def test_reconnect_resends_assignments_and_requeues_lost_runs(agent_token)
     assert (await communicator.receive_json_from())["type"] == "registered"
     resent = await communicator.receive_json_from(timeout=5)
     assert resent["type"] == "assign" and resent["action"]["id"] == str(kept.pk)
-    lost_now = await sync_to_async(Action.objects.get)(pk=lost.pk)
+    lost_now = await database_sync_to_async(Action.objects.get)(pk=lost.pk)
     assert (lost_now.state, lost_now.attempt) == ("queued", 2)
     await communicator.disconnect()
 
@@ -137,7 +139,7 @@ async def test_heartbeat_cancels_runs_that_are_no_longer_the_nodes(agent_token):
     communicator = await _connect(agent_token)
     await communicator.send_json_to(_register())
     await communicator.receive_json_from()
-    action = await sync_to_async(ActionFactory)(state="cancelled")
+    action = await database_sync_to_async(ActionFactory)(state="cancelled")
     await communicator.send_json_to(
         {"type": "heartbeat", "running": [{"action": str(action.pk), "attempt": 1}]}
     )
@@ -146,7 +148,7 @@ async def test_heartbeat_cancels_runs_that_are_no_longer_the_nodes(agent_token):
         "action": str(action.pk),
         "attempt": 1,
     }
-    node = await sync_to_async(Node.objects.get)(name="node-x")
+    node = await database_sync_to_async(Node.objects.get)(name="node-x")
     assert node.state == "online"
     await communicator.disconnect()
 
@@ -185,13 +187,13 @@ def _gpu_register(groups, gpu: float) -> dict:
 async def test_a_register_with_bad_gpu_groups_is_refused(agent_token, groups, gpu, complaint):
     message = await _refused(agent_token, _gpu_register(groups, gpu))
     assert message.startswith("register refused: gpu_groups") and complaint in message, message
-    assert not await sync_to_async(Node.objects.filter(name="gpu-node").exists)()
+    assert not await database_sync_to_async(Node.objects.filter(name="gpu-node").exists)()
 
 
 async def test_a_register_with_an_unknown_protocol_is_refused(agent_token):
     message = await _refused(agent_token, {**_register(), "protocol": PROTOCOL_VERSION + 1})
     assert "protocol" in message
-    assert not await sync_to_async(Node.objects.exists)()
+    assert not await database_sync_to_async(Node.objects.exists)()
 
 
 async def test_a_protocol_1_agent_still_registers_without_gpus(agent_token):
@@ -199,7 +201,7 @@ async def test_a_protocol_1_agent_still_registers_without_gpus(agent_token):
     await communicator.send_json_to({**_register(), "protocol": 1})
     assert (await communicator.receive_json_from())["type"] == "registered"
     await communicator.disconnect()
-    node = await sync_to_async(Node.objects.get)(name="node-x")
+    node = await database_sync_to_async(Node.objects.get)(name="node-x")
     assert node.gpu_groups == []
 
 
@@ -207,11 +209,11 @@ async def test_gpu_groups_are_stored_and_assignments_carry_gpus_and_batch(agent_
     communicator = await _connect(agent_token)
     await communicator.send_json_to(_gpu_register([["0", "1"], ["2", "3"]], 4))
     assert (await communicator.receive_json_from())["type"] == "registered"
-    node = await sync_to_async(Node.objects.get)(name="gpu-node")
+    node = await database_sync_to_async(Node.objects.get)(name="gpu-node")
     assert node.gpu_groups == [["0", "1"], ["2", "3"]] and node.capacity["gpu"] == 4
 
-    action = await sync_to_async(ActionFactory)(demand={"cpu": 1, "gpu": 2})
-    assert (await sync_to_async(schedule_round)()).placed == 1
+    action = await database_sync_to_async(ActionFactory)(demand={"cpu": 1, "gpu": 2})
+    assert (await database_sync_to_async(schedule_round)()).placed == 1
     assign = (await communicator.receive_json_from(timeout=5))["action"]
     assert assign["id"] == str(action.pk)
     assert sorted(assign["gpus"]) in (["0", "1"], ["2", "3"])
@@ -229,8 +231,8 @@ async def test_a_skewed_agents_times_are_put_on_the_servers_clock(agent_token, s
     await communicator.send_json_to(
         {"type": "heartbeat", "running": [], "sent_at": time.time() + skew_s}
     )
-    action = await sync_to_async(ActionFactory)(demand={"cpu": 1})
-    assert (await sync_to_async(schedule_round)()).placed == 1
+    action = await database_sync_to_async(ActionFactory)(demand={"cpu": 1})
+    assert (await database_sync_to_async(schedule_round)()).placed == 1
     await communicator.receive_json_from(timeout=5)
     ran_at = time.time() - 30  # on the server's clock: started 30 s ago, ran 10 s
     agent_clock = ran_at + skew_s
@@ -243,7 +245,7 @@ async def test_a_skewed_agents_times_are_put_on_the_servers_clock(agent_token, s
     assert (await communicator.receive_json_from())["type"] == "ack"
     await communicator.disconnect()
 
-    stored = await sync_to_async(Action.objects.get)(pk=action.pk)
+    stored = await database_sync_to_async(Action.objects.get)(pk=action.pk)
     assert stored.started_at.timestamp() == pytest.approx(ran_at, abs=0.5)
     assert stored.finished_at.timestamp() == pytest.approx(ran_at + 10, abs=0.5)
     if not skew_s:  # within the tolerance: exactly what the agent said
