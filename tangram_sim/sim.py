@@ -83,6 +83,13 @@ class _Node:
         self.gpu_free: list[list[str]] = [list(g) for g in spec.gpu_groups]
         self.view: Node | None = None
 
+    def splits(self, gpus: tuple[str, ...]) -> bool:
+        """Whether ``gpus`` lie in more than one of the node's interconnect groups."""
+        if len(gpus) < 2:
+            return False
+        touched = {i for i, group in enumerate(self.gpu_groups) for gpu in gpus if gpu in group}
+        return len(touched) > 1
+
     def has_room(self) -> bool:
         return any(amount > EPSILON for amount in self.free.values())
 
@@ -665,7 +672,10 @@ class Simulation:
             if action.is_lease:
                 runs.append(0.0)
             else:
-                runs.append(action.base_s / speedup(elasticity, placement.units))
+                run_s = action.base_s / speedup(elasticity, placement.units)
+                if node.splits(action.gpus):
+                    run_s *= action.type.split_gpus_slowdown
+                runs.append(run_s)
             start = max(start, action.type.start_s)
         # A key being pulled or loaded is ready when that setup ends: an action
         # placed meanwhile waits for the rest of it, not for a new one.

@@ -73,6 +73,9 @@ class ActionType:
     #: Extra time per extra batch member, as a fraction of its own duration.
     batch_marginal: float = 1.0
     priority: int = 0
+    #: Run time x this when its GPUs span interconnect groups (tensor-parallel
+    #: traffic over PCIe/the host instead of NVLink); 1: placement does not matter.
+    split_gpus_slowdown: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,7 @@ def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
         batch_limit=int(batch.get("limit", 1)),
         batch_marginal=float(batch.get("marginal", 1.0)),
         priority=int(raw.get("priority", 0)),
+        split_gpus_slowdown=float(raw.get("split_gpus_slowdown", 1.0)),
     )
 
 

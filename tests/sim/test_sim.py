@@ -204,6 +204,50 @@ class _Greedy:
         return Decision(tuple(Placement(a.id, node.id, dict(a.demand)) for a in snapshot.pending))
 
 
+class _Placer:
+    """Places every pending action on the first node with the GPU ids it is given."""
+
+    name = "placer"
+
+    def __init__(self, gpus: tuple[str, ...]) -> None:
+        self.gpus = gpus
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        node = snapshot.nodes[0].id
+        return Decision(
+            tuple(Placement(a.id, node, dict(a.demand), gpus=self.gpus) for a in snapshot.pending)
+        )
+
+
+def test_gpus_split_across_interconnect_groups_run_slower() -> None:
+    """4 GPUs in two NVLink pairs; a 2-GPU call of 4 s runs 2.5x as long across pairs."""
+    raw = _workload(
+        pool=[
+            {
+                "name": "g",
+                "count": 1,
+                "capacity": {"gpu": 4},
+                "executors": ["rm"],
+                "gpu_groups": 2,
+            }
+        ]
+    )
+    raw["tasks"][0].update(turns=1, think_s=0)
+    raw["tasks"][0]["actions"] = [
+        {
+            "type": "tp",
+            "executor": "rm",
+            "demand": {"gpu": 2},
+            "duration_s": 4,
+            "split_gpus_slowdown": 2.5,
+        }
+    ]
+    workload = workload_from_dict(raw)
+    assert simulate(workload, _Placer(("g-0:gpu0", "g-0:gpu1"))).acts == [4.0]
+    assert simulate(workload, _Placer(("g-0:gpu1", "g-0:gpu2"))).acts == [10.0]
+    assert simulate(workload, "tangram").acts == [4.0]  # one pair, as topology asks
+
+
 def test_the_simulator_refuses_a_policy_that_overcommits() -> None:
     with pytest.raises(PolicyError, match="takes"):
         simulate(workload_from_dict(_two_trajectories()), _Greedy())
