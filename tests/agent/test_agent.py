@@ -252,6 +252,31 @@ def test_cancel_kills_the_run_and_reports_cancelled() -> None:
     arun(scenario)
 
 
+def test_a_batch_member_cancelled_while_it_waits_its_turn_leaves_the_others_running() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, agent):
+            await server.next("register")
+            for action_id, seconds in (("m1", 1.0), ("m2", 30.0), ("m3", 0.0)):
+                member = sleep_assignment(seconds, action_id=action_id)
+                member.update(batch_id="batch:m1", batch_size=3)
+                await server.send({"type": "assign", "action": member})
+            started = await server.next("started")
+            assert started["action"] == "m1"  # the others wait their turn
+            await server.send({"type": "cancel", "action": "m2", "attempt": 1})
+            results = {}
+            for _ in range(3):
+                result = await server.next("result", timeout=10)
+                results[result["action"]] = result
+                await server.ack(result)
+            assert results["m2"]["state"] == "cancelled"
+            assert results["m2"]["started_at"] is None  # it never ran
+            assert (results["m1"]["state"], results["m3"]["state"]) == ("succeeded", "succeeded")
+            assert results["m1"]["finished_at"] <= results["m3"]["started_at"]
+            assert not agent._batches  # no lock outlives its batch
+
+    arun(scenario)
+
+
 def test_unknown_type_bad_payload_and_malformed_messages_fail_cleanly() -> None:
     async def scenario() -> None:
         async with running_agent() as (server, _):
