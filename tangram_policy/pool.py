@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, insort
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sized
 from dataclasses import replace
 
 from tangram_policy.types import EPSILON, Node, Resources, RunningAction, Snapshot, TenantQuota
@@ -98,9 +98,14 @@ def partial_view(snapshot: Snapshot) -> Snapshot:
     )
 
 
+def gpu_group_size(groups: Iterable[Sized]) -> int:
+    """GPUs in the largest of ``groups`` (``Node.gpu_group_size`` of whole groups)."""
+    return max((len(group) for group in groups), default=0)
+
+
 def largest_gpu_group(node: Node) -> int:
     """How many GPUs the node's largest interconnect group has when all are free."""
-    return node.gpu_group_size or max((len(group) for group in node.gpu_groups), default=0)
+    return node.gpu_group_size or gpu_group_size(node.gpu_groups)
 
 
 def primary_kind(demand: Resources) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tangram_policy.estimate import speedup, stat_update, work_at_min_units
+from tangram_policy.pool import gpu_group_size
 from tangram_policy.registry import get_policy
 from tangram_policy.types import (
     EPSILON,
@@ -101,7 +102,7 @@ class _Node:
                 self.executors,
                 frozenset(self.warm),
                 tuple(tuple(g) for g in self.gpu_free) if self.gpu_groups else (),
-                max((len(g) for g in self.gpu_groups), default=0),
+                gpu_group_size(self.gpu_groups),
             )
         return self.view
 

@@ -25,6 +25,7 @@ from apps.actions.models import Action, ActionDurationStat, ActionState
 from apps.actions.selectors import add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
+from tangram_policy.pool import gpu_group_size
 from tangram_policy.types import (
     EPSILON,
     DurationStat,
@@ -194,8 +195,7 @@ def _free_gpu_groups(
         if node_groups:
             taken = held.get(node.id, set())
             free = tuple(tuple(gpu for gpu in group if gpu not in taken) for group in node_groups)
-            size = max(len(group) for group in node_groups)
-            node = replace(node, gpu_groups=free, gpu_group_size=size)
+            node = replace(node, gpu_groups=free, gpu_group_size=gpu_group_size(node_groups))
         out.append(node)
     return out
 
