@@ -172,7 +172,7 @@ class Pool:
         #: running actions and placements keep it current only if it may be read.
         self.keeps_total_free = not self.lends_all
         self.usage: dict[str, dict[str, float]] = {}
-        #: Dominant-resource share per tenant, kept current by ``take``.
+        #: Dominant-resource share per tenant, kept current by ``charge``.
         self.shares: dict[str, float] = {}
         self._seed_running(snapshot)
 
@@ -209,12 +209,6 @@ class Pool:
 
     # -- accounting -------------------------------------------------------
 
-    def take(
-        self, tenant: str, node_id: str, allocation: Resources, gpus: tuple[str, ...] = ()
-    ) -> None:
-        """Charge ``allocation`` to ``tenant`` on ``node_id``: room, indexes, usage, share."""
-        self.charge(tenant, node_id, self.plan(allocation), gpus)
-
     def plan(self, allocation: Resources) -> Plan:
         """What ``charge`` needs of an allocation, worked out once for many placements."""
         items = tuple(
@@ -231,7 +225,8 @@ class Pool:
         found_in: Index | None = None,
         found_at: int = 0,
     ) -> None:
-        """``take`` with the allocation's ``plan``: one pass over it does it all.
+        """Charge an allocation (its ``plan``) to ``tenant`` on ``node_id``: room, indexes,
+        usage and share, in one pass over it.
 
         This runs once per placement. ``found_in`` is an index ``find`` found
         the node in, at ``found_at``: the node need not be searched for there.
@@ -383,7 +378,7 @@ class Pool:
         return index
 
     def _build(self, kind: str, listed: tuple[str, ...]) -> Index:
-        """A new index of ``listed`` by room of ``kind``, kept sorted by ``take`` from now on."""
+        """A new index of ``listed`` by room of ``kind``, kept sorted by ``charge`` from now on."""
         if not self._ids:
             self._ids = sorted(self.nodes)
             self._ranks = {node_id: rank for rank, node_id in enumerate(self._ids)}
@@ -426,27 +421,6 @@ class Pool:
         self._shared.clear()
         self._node_indexes.clear()
 
-    def best_fit(
-        self,
-        demand: Resources,
-        action_type: str,
-        affinity: frozenset[str] = frozenset(),
-        kind: str | None = None,
-    ) -> tuple[str, tuple[str, ...]] | None:
-        """The node with the least room of the primary kind that still fits ``demand``.
-
-        Small requests fill the fullest nodes first, so large ones keep finding
-        whole nodes; with ``affinity`` only nodes warm with all its keys count.
-        Returns the node and, on a node with GPU groups, the GPU ids to use.
-        """
-        if kind is None:
-            kind = primary_kind(demand)
-        needs = tuple((k, amount) for k, amount in demand.items() if amount > 0)
-        gpus_needed = int(round(demand.get("gpu", 0.0)))
-        index = self._index(action_type, affinity, kind)
-        found = self.find(index, demand.get(kind, 0.0), needs, gpus_needed, roomiest=False)
-        return None if found is None else found[1:]
-
     def find(
         self,
         index: Index,
@@ -459,7 +433,8 @@ class Pool:
 
         The roomiest such node (room for an action to grow), or the best fit:
         the one with the least room of the index's kind that still holds
-        ``need``. ``charge`` takes the position so as not to search for it again.
+        ``need``, so small requests fill the fullest nodes first and large ones
+        keep finding whole nodes. ``charge`` takes the position so as not to search for it again.
         """
         if roomiest:
             last = len(index) - 1
