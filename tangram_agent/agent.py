@@ -25,8 +25,9 @@ from typing import Any, cast
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from tangram_agent.batches import Gathering
 from tangram_agent.config import AgentConfig
-from tangram_agent.executors import Executor, Outcome, Sandbox, build_executors
+from tangram_agent.executors import BatchExecutor, Executor, Outcome, Sandbox, build_executors
 from tangram_agent.protocol import (
     PROTOCOL_VERSION,
     ActionRef,
@@ -35,6 +36,7 @@ from tangram_agent.protocol import (
     Register,
     Result,
     Started,
+    whole_batch,
 )
 
 log = logging.getLogger("tangram.agent")
@@ -44,19 +46,6 @@ RunKey = tuple[str, int]
 REGISTER_TIMEOUT_S = 30.0
 #: How long a stopping agent waits for the last results to be acknowledged.
 FLUSH_TIMEOUT_S = 5.0
-
-
-def whole_batch(assignment: Assignment) -> Assignment:
-    """A batch member with the batch's whole allocation: its share x the members.
-
-    The scheduler places a batch as one member's demand shared by its members;
-    run one at a time, each member may use all of it.
-    """
-    size = assignment.get("batch_size", 1)
-    if not assignment.get("batch_id") or size <= 1:
-        return assignment
-    whole = {kind: amount * size for kind, amount in assignment["allocation"].items()}
-    return {**assignment, "allocation": whole}
 
 
 class AgentRejected(Exception):
@@ -83,6 +72,8 @@ class Agent:
         self._slots: asyncio.Semaphore | None = None
         #: Per batch id, the lock its members take turns on and how many hold or await it.
         self._batches: dict[str, tuple[asyncio.Lock, int]] = {}
+        #: Per batch id, the open gathering of a batch executor's members.
+        self._gatherings: dict[str, Gathering] = {}
         self.node_id: str | None = None
         #: Set while registered with the server (for embedding and tests).
         self.registered = threading.Event()
@@ -313,17 +304,18 @@ class Agent:
     async def _run_action(self, key: RunKey, assignment: Assignment) -> None:
         assert self._slots is not None
         started_at: float | None = None
+        gathering: Gathering | None = None
         try:
-            async with self._batch_turn(assignment), self._slots:
-                started_at = time.time()
-                started: Started = {
-                    "type": "started",
-                    "action": key[0],
-                    "attempt": key[1],
-                    "started_at": started_at,
-                }
-                await self._send(started)
-                outcome = await self._execute(whole_batch(assignment))
+            executor = self._executors.get(assignment["type"])
+            if isinstance(executor, BatchExecutor):
+                gathering = self._gathering(assignment, executor)
+                gathering.join(key, assignment)
+                outcome = await gathering.outcome(key)
+            else:
+                async with self._batch_turn(assignment), self._slots:
+                    started_at = time.time()
+                    await self._send_started(key, started_at)
+                    outcome = await self._execute(whole_batch(assignment))
         except asyncio.CancelledError:
             if key in self._abandoned:
                 self._runs.pop(key, None)
@@ -331,7 +323,7 @@ class Agent:
             outcome = Outcome(
                 state="cancelled",
                 error="cancelled",
-                started_at=started_at,
+                started_at=gathering.started_at if gathering is not None else started_at,
                 finished_at=time.time(),
             )
         result = self._result(key, outcome)
@@ -341,6 +333,50 @@ class Agent:
         self._runs.pop(key, None)
         log.info("finished %s attempt %d: %s %s", key[0], key[1], outcome.state, outcome.error)
         await self._send(result)
+
+    async def _send_started(self, key: RunKey, started_at: float) -> None:
+        started: Started = {
+            "type": "started",
+            "action": key[0],
+            "attempt": key[1],
+            "started_at": started_at,
+        }
+        await self._send(started)
+
+    def _gathering(self, assignment: Assignment, executor: BatchExecutor) -> Gathering:
+        """The open gathering of the assignment's batch, or a new one (a batch of one alone)."""
+        batch = assignment.get("batch_id")
+        size = assignment.get("batch_size", 1) if batch else 1
+        joining = self._gatherings.get(batch) if batch else None
+        if joining is not None and joining.open:
+            return joining
+
+        async def run(
+            gathering: Gathering, members: dict[RunKey, Assignment]
+        ) -> dict[RunKey, Outcome]:
+            assert self._slots is not None
+            async with self._slots:
+                gathering.started_at = started_at = time.time()
+                for key in members:
+                    await self._send_started(key, started_at)
+                try:
+                    outcomes = await executor.execute_batch(list(members.values()))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.exception("executor %s crashed on batch %s", assignment["type"], batch)
+                    outcomes = [Outcome.invalid(f"executor error: {exc!r}")] * len(members)
+            return dict(zip(members, outcomes, strict=True))
+
+        gathering = Gathering(size, run)
+        if batch:
+            self._gatherings[batch] = gathering
+            gathering.when_done(lambda: self._forget_gathering(batch, gathering))
+        return gathering
+
+    def _forget_gathering(self, batch: str, gathering: Gathering) -> None:
+        if self._gatherings.get(batch) is gathering:  # not a later one of the same batch
+            del self._gatherings[batch]
 
     @contextlib.asynccontextmanager
     async def _batch_turn(self, assignment: Assignment) -> AsyncIterator[None]:

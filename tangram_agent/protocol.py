@@ -72,8 +72,9 @@ class Assignment(TypedDict):
     #: GPU ids reserved for this action, all in one interconnect group (protocol 2).
     gpus: NotRequired[list[str]]
     #: Shared by the members of one batch (protocol 2). Its ``batch_size``
-    #: members run one at a time, each with ``allocation`` x ``batch_size``: the
-    #: batch holds one member's demand, and no batching executor runs them as one.
+    #: members share one member's demand (``allocation`` is a member's share):
+    #: a batching executor (``reward.python``) runs them in one pass with
+    #: ``allocation`` x ``batch_size``; others run them in turn, each with all of it.
     batch_id: NotRequired[str | None]
     batch_size: NotRequired[int]
 
@@ -145,3 +146,16 @@ class Ack(TypedDict):
     type: Literal["ack"]
     action: str
     attempt: int
+
+
+def whole_batch(assignment: Assignment) -> Assignment:
+    """A batch member with the batch's whole allocation: its share x the members.
+
+    The scheduler places a batch as one member's demand shared by its
+    members; whoever runs them (one at a time, or all in one pass) may use all of it.
+    """
+    size = assignment.get("batch_size", 1)
+    if not assignment.get("batch_id") or size <= 1:
+        return assignment
+    whole = {kind: amount * size for kind, amount in assignment["allocation"].items()}
+    return {**assignment, "allocation": whole}

@@ -41,7 +41,9 @@ class NodeFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"node-{n}")
     capacity = factory.LazyFunction(lambda: {"cpu": 4, "memory": 8192})
-    executors = factory.LazyFunction(lambda: ["sandbox.python", "sandbox.bash", "sleep"])
+    executors = factory.LazyFunction(
+        lambda: ["sandbox.python", "sandbox.bash", "reward.python", "sleep"]
+    )
     last_seen_at = factory.LazyFunction(timezone.now)
 
 

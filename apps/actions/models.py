@@ -56,8 +56,8 @@ class Action(models.Model):
     gpus = models.JSONField(default=list, blank=True)
     #: Shared by the members of the batch this placement made; "": not batched.
     batch_id = models.CharField(max_length=64, blank=True, default="")
-    #: Members of that batch: the agent runs them one at a time, each with
-    #: ``allocation`` x ``batch_size`` (the batch's whole allocation).
+    #: Members of that batch: the agent runs them in one pass (``reward.python``)
+    #: or one at a time, with ``allocation`` x ``batch_size`` (the batch's whole allocation).
     batch_size = models.PositiveIntegerField(default=1)
 
     exit_code = models.IntegerField(null=True, blank=True)

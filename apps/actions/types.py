@@ -26,9 +26,7 @@ def _require_str(payload: Mapping[str, Any], key: str, *, required: bool) -> Non
         raise ApplicationError(f"payload.{key} must be a string.", field=f"payload.{key}")
 
 
-def _check_sandbox(payload: Mapping[str, Any]) -> None:
-    _require_str(payload, "code", required=True)
-    _require_str(payload, "stdin", required=False)
+def _check_files(payload: Mapping[str, Any], reserved: tuple[str, ...]) -> None:
     files = payload.get("files", {})
     if not isinstance(files, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in files.items()
@@ -38,13 +36,31 @@ def _check_sandbox(payload: Mapping[str, Any]) -> None:
         )
     for path in files:
         parts = path.split("/")
-        if path.startswith("/") or ".." in parts or not path or path in ("main.py", "main.sh"):
+        if path.startswith("/") or ".." in parts or not path or path in reserved:
             raise ApplicationError(
                 f"payload.files has a path that is not allowed: {path!r}.", field="payload.files"
             )
+
+
+def _check_sandbox(payload: Mapping[str, Any]) -> None:
+    _require_str(payload, "code", required=True)
+    _require_str(payload, "stdin", required=False)
+    _check_files(payload, ("main.py", "main.sh"))
     args = payload.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ApplicationError("payload.args must be a list of strings.", field="payload.args")
+
+
+def _check_scorer(payload: Mapping[str, Any]) -> None:
+    _require_str(payload, "code", required=True)
+    if "sample" not in payload:
+        raise ApplicationError("payload.sample is required.", field="payload.sample")
+    _check_files(payload, ("main.py", "scorer.py", "samples.json"))
+    for key in sorted(set(payload) - {"code", "sample", "files"}):
+        raise ApplicationError(
+            f"payload.{key} is not a reward.python field (code, sample, files).",
+            field=f"payload.{key}",
+        )
 
 
 def _check_sleep(payload: Mapping[str, Any]) -> None:
@@ -79,6 +95,13 @@ ACTION_TYPES: dict[str, ActionType] = {
             {"cpu": 1, "memory": 256},
             _check_sandbox,
             "Run payload.code with bash in a bubblewrap sandbox without network.",
+        ),
+        ActionType(
+            "reward.python",
+            {"cpu": 1, "memory": 1024},
+            _check_scorer,
+            "Score payload.sample with score(samples) from payload.code; a batch's samples"
+            " are scored in one sandboxed run (batch_key, batch_limit).",
         ),
         ActionType(
             "sleep",

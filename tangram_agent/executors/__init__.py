@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from tangram_agent.executors.base import DEFAULT_OUTPUT_CAP, Executor, Outcome, PayloadError
+from tangram_agent.executors.base import (
+    DEFAULT_OUTPUT_CAP,
+    BatchExecutor,
+    Executor,
+    Outcome,
+    PayloadError,
+)
 from tangram_agent.executors.sandbox import Sandbox, SandboxExecutor, SandboxSettings
+from tangram_agent.executors.scorer import ScorerExecutor
 from tangram_agent.executors.sleep import SleepExecutor
 
-KNOWN_EXECUTORS = ("sandbox.python", "sandbox.bash", "sleep")
+KNOWN_EXECUTORS = ("sandbox.python", "sandbox.bash", "reward.python", "sleep")
 
 __all__ = [
     "DEFAULT_OUTPUT_CAP",
     "KNOWN_EXECUTORS",
+    "BatchExecutor",
     "Executor",
     "Outcome",
     "PayloadError",
     "Sandbox",
     "SandboxExecutor",
     "SandboxSettings",
+    "ScorerExecutor",
     "SleepExecutor",
     "build_executors",
 ]
@@ -31,7 +40,7 @@ def build_executors(
         raise ValueError(f"unknown executors {unknown}; known: {list(KNOWN_EXECUTORS)}")
     executors: dict[str, Executor] = {}
     sandbox = None
-    if any(name.startswith("sandbox.") for name in names):
+    if any(name.startswith(("sandbox.", "reward.")) for name in names):
         sandbox = Sandbox(sandbox_settings)
     for name in names:
         if name == "sleep":
@@ -40,4 +49,6 @@ def build_executors(
             executors[name] = SandboxExecutor(sandbox, "python")
         elif sandbox is not None and name == "sandbox.bash":
             executors[name] = SandboxExecutor(sandbox, "bash")
+        elif sandbox is not None and name == "reward.python":
+            executors[name] = ScorerExecutor(sandbox)
     return executors, sandbox

@@ -9,8 +9,9 @@ executor must stop its work (kill processes, remove files) before letting
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tangram_agent.protocol import Assignment, ResultState
 
@@ -37,6 +38,15 @@ class Outcome:
 
 class Executor(Protocol):
     async def execute(self, assignment: Assignment) -> Outcome: ...
+
+
+@runtime_checkable
+class BatchExecutor(Executor, Protocol):
+    """An executor that runs a batch's members together: the agent gathers them for it."""
+
+    async def execute_batch(self, assignments: Sequence[Assignment]) -> list[Outcome]:
+        """One outcome per assignment, in order."""
+        ...
 
 
 class PayloadError(ValueError):

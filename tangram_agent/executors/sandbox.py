@@ -429,15 +429,19 @@ class Sandbox:
 
     # -- running ----------------------------------------------------------------
 
-    async def run(self, assignment: Assignment, language: Language) -> Outcome:
+    async def run(
+        self, assignment: Assignment, language: Language, *, stdout_cap: int | None = None
+    ) -> Outcome:
+        """Run the assignment's payload; ``stdout_cap`` overrides the settings' cap for stdout."""
         main_name = "main.py" if language == "python" else "main.sh"
         try:
             payload = SandboxPayload.parse(assignment["payload"], main_name)
         except PayloadError as exc:
             return Outcome.invalid(f"invalid payload: {exc}")
+        cap = stdout_cap or self.settings.output_cap
         slot = await self._free_slots.get()
         try:
-            return await self._run_in_slot(assignment, payload, language, main_name, slot)
+            return await self._run_in_slot(assignment, payload, language, main_name, slot, cap)
         finally:
             self._free_slots.put_nowait(slot)
 
@@ -476,6 +480,7 @@ class Sandbox:
         language: Language,
         main_name: str,
         slot: int,
+        stdout_cap: int,
     ) -> Outcome:
         settings = self.settings
         allocation = assignment.get("allocation") or {}
@@ -550,7 +555,9 @@ class Sandbox:
                 cwd=str(work),
             )
         try:
-            return await self._execute(spec, payload, cgroup, timeout, memory_mib, cpu_s)
+            return await self._execute(
+                spec, payload, cgroup, timeout, memory_mib, cpu_s, stdout_cap
+            )
         finally:
             await asyncio.to_thread(self._cleanup, run_dir, cgroup)
 
@@ -562,6 +569,7 @@ class Sandbox:
         timeout: float,
         memory_mib: float,
         cpu_s: int,
+        stdout_cap: int,
     ) -> Outcome:
         started = time.time()
         proc = await asyncio.create_subprocess_exec(
@@ -578,7 +586,7 @@ class Sandbox:
             cwd="/",
         )
         assert proc.stdin and proc.stdout and proc.stderr
-        out = _CappedReader(proc.stdout, self.settings.output_cap)
+        out = _CappedReader(proc.stdout, stdout_cap)
         err = _CappedReader(proc.stderr, self.settings.output_cap)
         io_tasks = [
             asyncio.create_task(out.drain()),

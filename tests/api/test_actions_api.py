@@ -27,6 +27,14 @@ def test_submit_one_returns_201_with_id_and_state(owner, node):
     assert ActionEvent.objects.filter(action=action, state="queued").count() == 1
 
 
+def test_a_reward_call_gets_its_type_default_demand(owner, node):
+    body = {"type": "reward.python", "payload": {"code": "def score(s): return s", "sample": [1]}}
+    response = owner.client.post(URL, body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["demand"] == {"cpu": 1.0, "memory": 1024.0}
+    assert Action.objects.get().payload["sample"] == [1]
+
+
 def test_submit_many_keeps_order(owner, node):
     specs = [{"type": "sleep", "payload": {"seconds": i}} for i in range(5)]
     response = owner.client.post(URL, specs, format="json")
@@ -65,6 +73,19 @@ def test_submit_1000_at_once(owner, node):
             "payload.files",
         ),
         ({"type": "sleep", "payload": {"seconds": -1}}, "payload.seconds"),
+        ({"type": "reward.python", "payload": {"code": "x"}}, "payload.sample"),
+        ({"type": "reward.python", "payload": {"sample": 1}}, "payload.code"),
+        (
+            {"type": "reward.python", "payload": {"code": "x", "sample": 1, "stdin": ""}},
+            "payload.stdin",
+        ),
+        (
+            {
+                "type": "reward.python",
+                "payload": {"code": "x", "sample": 1, "files": {"scorer.py": ""}},
+            },
+            "payload.files",
+        ),
     ],
 )
 def test_bad_input_is_refused_naming_the_field(owner, node, body, field):

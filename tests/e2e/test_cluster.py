@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 
@@ -153,3 +154,40 @@ def test_gpu_ids_and_batches_from_the_api_to_the_sandbox(tmp_path):
     assert {a.node for a in members} == {"gpu-node"}
     assert [a.stdout for a in members] == [f"  {batch_ids.pop()}\n"] * 6
     assert all(a.allocation["cpu"] == pytest.approx(2 / 6) for a in members)
+
+
+SCORER = """\
+import uuid
+RUN = uuid.uuid4().hex
+def score(samples):
+    return [{"length": len(text), "run": RUN, "of": len(samples)} for text in samples]
+"""
+
+
+def test_a_reward_batch_is_scored_in_one_run(tmp_path):
+    """More reward calls than slots: coalesced into one batch, scored by one run of the scorer."""
+    with (
+        running_cluster(tmp_path, agents=["scorer-node"]) as cluster,
+        Client(cluster.base_url, cluster.tenant_token) as client,
+    ):
+        texts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
+        calls = client.submit_many(
+            [
+                {
+                    "type": "reward.python",
+                    "payload": {"code": SCORER, "sample": text},
+                    "demand": {"cpu": 2, "memory": 600},
+                    "batch_key": "length-rm",
+                    "batch_limit": 8,
+                }
+                for text in texts
+            ]
+        )
+        done = client.wait_all([a.id for a in calls], timeout=120)
+
+    assert [a.state for a in done] == ["succeeded"] * 6, [(a.state, a.error) for a in done]
+    assert len({a.batch_id for a in done} - {None}) == 1
+    scores = [json.loads(a.stdout) for a in done]
+    assert [s["length"] for s in scores] == [1, 2, 3, 4, 5, 6]
+    assert {s["of"] for s in scores} == {6}
+    assert len({s["run"] for s in scores}) == 1
