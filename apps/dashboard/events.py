@@ -33,6 +33,9 @@ class PlacedActionView(TypedDict):
     units: int
     allocation: dict[str, float]
     gpus: list[str]
+    #: The batch it was placed in ("" when alone) and how many members that batch has.
+    batch_id: str
+    batch_size: int
     assigned_at: str | None
     started_at: str | None
 

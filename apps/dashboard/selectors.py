@@ -57,6 +57,8 @@ def _placed_listing() -> dict[Any, list[PlacedActionView]]:
             "units",
             "allocation",
             "gpus",
+            "batch_id",
+            "batch_size",
             "assigned_at",
             "started_at",
         )
@@ -74,6 +76,8 @@ def _placed_listing() -> dict[Any, list[PlacedActionView]]:
                 "units": row["units"],
                 "allocation": {k: float(v) for k, v in row["allocation"].items()},
                 "gpus": [str(gpu) for gpu in row["gpus"]],
+                "batch_id": row["batch_id"],
+                "batch_size": row["batch_size"],
                 "assigned_at": _iso(row["assigned_at"]),
                 "started_at": _iso(row["started_at"]),
             }

@@ -65,6 +65,23 @@ def schedule() -> dict[str, Any]:
     return {"placed": report.placed, "pending": report.pending}
 
 
+def batch() -> dict[str, Any]:
+    """Six batchable one-core actions, more than the node's free cores: batches of two."""
+    from apps.actions.services import actions_submit
+    from apps.tenants.models import Tenant
+
+    spec = {
+        "type": "sleep",
+        "payload": {"seconds": 60},
+        "demand": {"cpu": 1, "memory": 256},
+        "timeout_s": 120,
+        "batch_key": "rm",
+        "batch_limit": 4,
+    }
+    actions = actions_submit(tenant=Tenant.objects.get(name=TENANT), specs=[spec] * 6, bulk=True)
+    return {"submitted": [str(a.id) for a in actions]}
+
+
 def _placed(state: str) -> list[tuple[Any, Any, int]]:
     from apps.actions.models import Action
 
@@ -105,7 +122,7 @@ def finish() -> dict[str, Any]:
     return {"finished": finished}
 
 
-STEPS = {"seed": seed, "schedule": schedule, "start": start, "finish": finish}
+STEPS = {"seed": seed, "schedule": schedule, "start": start, "finish": finish, "batch": batch}
 
 
 def main(argv: list[str]) -> None:

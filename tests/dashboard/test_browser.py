@@ -53,10 +53,10 @@ class DashboardServer:
             [sys.executable, "-m", "tests.dashboard.driver", step, *args],
             cwd=ROOT,
             env=self.env,
-            check=True,
             capture_output=True,
             text=True,
         )
+        assert out.returncode == 0, f"driver step {step} failed:\n{out.stderr}"
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -190,5 +190,11 @@ def test_the_dashboard_follows_actions_from_queue_to_node_to_done(dashboard_serv
     expect(tid(f"{node}-used-cpu")).to_have_text("0", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{tenant}-running")).to_have_text("0", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{tenant}-queued")).to_have_text("1", timeout=UPDATE_WAIT_MS)
+
+    # More batchable actions than free cores: placed in batches of two, shown as such.
+    members = dashboard_server.drive("batch")["submitted"]
+    dashboard_server.drive("schedule")
+    expect(tid(f"action-{members[0]}-alloc")).to_contain_text("batch of 2", timeout=UPDATE_WAIT_MS)
+    expect(tid(f"action-{members[0]}-alloc")).to_contain_text("0.5 cpu")
     expect(tid("connection-status")).to_have_text("live")
     assert page.evaluate("window.loadedOnce") is True

@@ -61,6 +61,8 @@ def test_snapshot_shows_nodes_with_used_free_and_placed_actions():
         "units": 1,
         "allocation": {"cpu": 1.0, "memory": 16.0},
         "gpus": [],
+        "batch_id": "",
+        "batch_size": 1,
         "assigned_at": None,
         "started_at": None,
     }

@@ -120,6 +120,7 @@
     const alloc = kindsOf(action.allocation)
       .map((kind) => (kind === "memory" ? amount(kind, action.allocation[kind]) : `${amount(kind, action.allocation[kind])} ${kind}`))
       .concat(action.gpus && action.gpus.length ? [`GPU ${action.gpus.join(",")}`] : [])
+      .concat(action.batch_id ? [`batch of ${action.batch_size}`] : [])
       .join(" · ");
     return el(
       "li",
