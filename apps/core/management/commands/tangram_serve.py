@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.core.exceptions import ApplicationError
 from apps.core.services import demo_seed
 
 
@@ -37,10 +38,13 @@ class Command(BaseCommand):
             )
         settings.VAR_DIR.mkdir(exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
-        demo = demo_seed(
-            tenant_token=settings.TANGRAM_DEMO_TOKEN,
-            admin_password=os.environ.get("TANGRAM_ADMIN_PASSWORD", ""),
-        )
+        try:
+            demo = demo_seed(
+                tenant_token=settings.TANGRAM_DEMO_TOKEN,
+                admin_password=os.environ.get("TANGRAM_ADMIN_PASSWORD", ""),
+            )
+        except ApplicationError as exc:  # only the fixed token can be refused
+            raise CommandError(f"TANGRAM_DEMO_TOKEN: {exc.message}") from exc
         base = f"http://{options['host']}:{options['port']}"
         self.stdout.write(
             "\n".join(
