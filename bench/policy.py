@@ -21,9 +21,9 @@ import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
-from tangram_policy.registry import ABLATIONS
+from tangram_policy.registry import ABLATIONS, POLICIES
 from tangram_sim.sim import PolicyError, SimResult, Simulation, quantile, simulate
-from tangram_sim.workload import Workload, load_workload
+from tangram_sim.workload import Workload, WorkloadError, load_workload
 
 BASELINES = ("static", "partitioned", "fifo")
 DEFAULT_POLICIES = (*BASELINES, "tangram")
@@ -255,9 +255,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    workload = load_workload(args.workload)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    try:
+        workload = load_workload(args.workload)
+    except WorkloadError as error:
+        parser.error(str(error))
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        parser.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
     names = [p for p in args.policies.split(",") if p]
+    known = sorted({*BASELINES, *POLICIES})
+    if not names or any(name not in known for name in names):
+        parser.error(f"--policies: expected some of {known}, got {args.policies!r}")
     if args.ablations:
         names += [f"tangram-no-{m.replace('_', '-')}" for m in ABLATIONS]
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:

@@ -10,7 +10,7 @@ import argparse
 import time
 
 from tangram_sim.sim import Simulation
-from tangram_sim.workload import load_workload
+from tangram_sim.workload import WorkloadError, load_workload
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="tangram")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
-    workload = load_workload(args.workload)
+    try:
+        workload = load_workload(args.workload)
+    except WorkloadError as error:
+        parser.error(str(error))
     if args.seed is not None:
         workload = workload.with_seed(args.seed)
     started = time.perf_counter()

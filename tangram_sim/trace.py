@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from tangram_sim.sim import simulate
-    from tangram_sim.workload import load_workload
+    from tangram_sim.workload import WorkloadError, load_workload
 
     parser = argparse.ArgumentParser(prog="python -m tangram_sim.trace", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -141,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     play.add_argument("trace")
     play.add_argument("--policies", default="partitioned,fifo,tangram")
     args = parser.parse_args(argv)
-    workload = load_workload(args.workload)
+    try:
+        workload = load_workload(args.workload)
+    except WorkloadError as error:
+        parser.error(str(error))
     if args.command == "record":
         if args.seed is not None:
             workload = workload.with_seed(args.seed)

@@ -17,6 +17,11 @@ from typing import Any
 import yaml
 
 from tangram_policy.types import Elasticity, TenantQuota
+from tangram_sim.schema import schema_error
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be run, with the field at fault."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +137,9 @@ class Workload:
 INTEGRAL_KINDS = ("gpu",)
 
 
-def _dist(raw: Any, field_name: str) -> Dist:
+def _dist(raw: Any) -> Dist:
     if isinstance(raw, int | float):
         return Dist("const", value=float(raw))
-    if not isinstance(raw, dict):
-        raise ValueError(f"{field_name}: expected a number or a distribution mapping")
     kind = raw.get("dist", "const")
     return Dist(
         kind=kind,
@@ -160,7 +163,7 @@ def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
         id=f"{task}.{raw['type']}",
         executor=str(raw["executor"]),
         demand=demand,
-        duration_s=_dist(raw["duration_s"], f"{task}.{raw['type']}.duration_s"),
+        duration_s=_dist(raw["duration_s"]),
         weight=float(raw.get("weight", 1.0)),
         binding=str(raw.get("binding", default_binding)),
         elasticity=Elasticity(
@@ -180,6 +183,10 @@ def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
 
 
 def workload_from_dict(raw: Mapping[str, Any]) -> Workload:
+    """The typed workload; ``WorkloadError`` names the field if it cannot be run."""
+    problem = schema_error(raw)
+    if problem is not None:
+        raise WorkloadError(problem)
     pool = tuple(
         NodeGroup(
             name=str(g["name"]),
@@ -210,15 +217,15 @@ def workload_from_dict(raw: Mapping[str, Any]) -> Workload:
                 tenant=str(t.get("tenant", "default")),
                 steps=int(t["steps"]),
                 trajectories=int(t["trajectories"]),
-                turns=_dist(t["turns"], f"{name}.turns"),
-                think_s=_dist(t.get("think_s", 0.0), f"{name}.think_s"),
+                turns=_dist(t["turns"]),
+                think_s=_dist(t.get("think_s", 0.0)),
                 actions=tuple(_action(name, a, "trajectory") for a in t.get("actions") or ()),
                 reward=_action(name, t["reward"], "task") if t.get("reward") else None,
                 train_s=float(t.get("train_s", 0.0)),
                 start_s=float(t.get("start_s", 0.0)),
             )
         )
-    _validate(pool, tasks)
+    _validate(pool, quotas, tasks)
     return Workload(
         name=str(raw.get("name", "workload")),
         seed=int(raw.get("seed", 1)),
@@ -229,33 +236,50 @@ def workload_from_dict(raw: Mapping[str, Any]) -> Workload:
     )
 
 
-def _validate(pool: tuple[NodeGroup, ...], tasks: list[Task]) -> None:
-    """Refuse a workload some action of which could never run, naming the field."""
-    for task in tasks:
-        if task.steps < 1 or task.trajectories < 1:
-            raise ValueError(f"tasks.{task.name}: steps and trajectories must be at least 1")
-        for action in (*task.actions, *([task.reward] if task.reward else [])):
+def _validate(
+    pool: tuple[NodeGroup, ...], quotas: Mapping[str, TenantQuota], tasks: list[Task]
+) -> None:
+    """Refuse what the schema cannot see: an action that could never run, a tenant
+    misnamed, a name used twice."""
+    names = [task.name for task in tasks]
+    for position, task in enumerate(tasks):
+        where = f"tasks[{position}]"
+        if task.name in names[:position]:
+            raise WorkloadError(f"{where}.name: {task.name!r} names another task too")
+        if quotas and task.tenant not in quotas:
+            raise WorkloadError(
+                f"{where}.tenant: {task.tenant!r} is not one of the tenants ({', '.join(quotas)})"
+            )
+        kinds = [("actions", i, a) for i, a in enumerate(task.actions)]
+        if task.reward is not None:
+            kinds.append(("reward", -1, task.reward))
+        for part, i, action in kinds:
+            at = f"{where}.{part}" if i < 0 else f"{where}.{part}[{i}]"
             groups = [g for g in pool if action.executor in g.executors]
             if not groups:
-                raise ValueError(
-                    f"tasks.{task.name}.{action.id}: no node group runs executor "
-                    f"{action.executor!r}"
-                )
+                raise WorkloadError(f"{at}.executor: no node group runs {action.executor!r}")
             if not any(
                 all(amount <= g.capacity.get(kind, 0.0) for kind, amount in action.demand.items())
                 for g in groups
             ):
-                raise ValueError(f"tasks.{task.name}.{action.id}.demand: larger than every node")
-            for dist in (action.duration_s,):
-                if dist.kind in ("lognormal", "exponential") and dist.mean <= 0:
-                    raise ValueError(f"tasks.{task.name}.{action.id}.duration_s: mean must be > 0")
-                if dist.kind not in ("const", "uniform", "lognormal", "exponential"):
-                    raise ValueError(f"tasks.{task.name}.{action.id}: unknown dist {dist.kind!r}")
+                raise WorkloadError(
+                    f"{at}.demand: larger than every node running {action.executor!r}"
+                )
+            elasticity = action.elasticity
+            if elasticity.max_units < elasticity.min_units:
+                raise WorkloadError(f"{at}.elasticity.max_units: below min_units")
+        if not task.actions and task.reward is None:
+            raise WorkloadError(f"{where}: has neither actions nor a reward")
 
 
 def load_workload(path: str | Path) -> Workload:
-    with open(path, encoding="utf-8") as handle:
-        raw = yaml.safe_load(handle)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level")
-    return workload_from_dict(raw)
+    """The workload in the YAML file at ``path``; ``WorkloadError`` says what is wrong where."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as exc:
+        raise WorkloadError(f"{path}: {exc}") from exc
+    try:
+        return workload_from_dict(raw)
+    except WorkloadError as exc:
+        raise WorkloadError(f"{path}: {exc}") from exc
