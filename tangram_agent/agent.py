@@ -351,12 +351,13 @@ class Agent:
         if joining is not None and joining.open:
             return joining
 
-        async def run(
-            gathering: Gathering, members: dict[RunKey, Assignment]
-        ) -> dict[RunKey, Outcome]:
+        async def run(gathering: Gathering) -> dict[RunKey, Outcome]:
             assert self._slots is not None
             async with self._slots:
-                gathering.started_at = started_at = time.time()
+                started_at = time.time()
+                members = gathering.begin(started_at)
+                if not members:  # all left while it waited for a slot
+                    return {}
                 for key in members:
                     await self._send_started(key, started_at)
                 try:

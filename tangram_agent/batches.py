@@ -24,8 +24,9 @@ RunKey = tuple[str, int]
 #: The longest a gathering waits for its missing members.
 GATHER_S = 2.0
 
-#: Runs a gathering (given it and its members) and returns each member's outcome.
-Runner = Callable[["Gathering", dict[RunKey, Assignment]], Awaitable[dict[RunKey, Outcome]]]
+#: Runs a gathering: once it holds a slot it calls ``begin`` for the members,
+#: and returns each one's outcome.
+Runner = Callable[["Gathering"], Awaitable[dict[RunKey, Outcome]]]
 
 
 class Gathering:
@@ -35,7 +36,7 @@ class Gathering:
         #: Members still waiting for the outcome (left: cancelled).
         self.waiting: set[RunKey] = set()
         self.started = False
-        #: When the run began (set by the runner once it holds a slot).
+        #: When the run began (``begin``).
         self.started_at: float | None = None
         self._full = asyncio.Event()
         self._run = run
@@ -55,6 +56,12 @@ class Gathering:
     def open(self) -> bool:
         """Whether members may still join (the run has not begun)."""
         return not self.started and not self._task.done()
+
+    def begin(self, started_at: float) -> dict[RunKey, Assignment]:
+        """The members the run takes: from now on none joins, and one that leaves stays in it."""
+        self.started = True
+        self.started_at = started_at
+        return dict(self.members)
 
     async def outcome(self, key: RunKey) -> Outcome:
         """``key``'s outcome once the run ends; a cancelled member leaves the gathering."""
@@ -80,7 +87,4 @@ class Gathering:
     async def _gather_then_run(self) -> dict[RunKey, Outcome]:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._full.wait(), GATHER_S)
-        self.started = True
-        if not self.members:
-            return {}
-        return await self._run(self, dict(self.members))
+        return await self._run(self)

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from tangram_agent import batches
-from tangram_agent.executors import Executor, Sandbox, ScorerExecutor
+from tangram_agent.executors import Executor, Sandbox, ScorerExecutor, SleepExecutor
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
-from tests.agent.harness import FakeServer, arun, running_agent
+from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment
 
 pytestmark = needs_bwrap
 
@@ -174,5 +174,36 @@ def test_one_alone_is_scored_as_a_batch_of_one(sandbox: Sandbox) -> None:
             await server.send({"type": "assign", "action": ok})
             scored = (await results(server, 1))["s2"]
             assert json.loads(scored["stdout"])["score"] == 5.0
+
+    arun(scenario)
+
+
+def test_members_join_while_the_batch_waits_for_a_slot_and_may_leave(sandbox: Sandbox) -> None:
+    """One slot, held by a 5 s sleep: the batch's third member arrives, its second is
+    cancelled, both while the gathered batch waits for the slot."""
+
+    async def scenario() -> None:
+        executors: dict[str, Executor] = {
+            "reward.python": ScorerExecutor(sandbox),
+            "sleep": SleepExecutor(),
+        }
+        async with running_agent(executors=executors, max_concurrency=1) as (server, agent):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(5.0, "hold")})
+            await server.next("started")
+            for i in (1, 2):
+                await server.send({"type": "assign", "action": member(f"s{i}", i)})
+            await asyncio.sleep(batches.GATHER_S + 1.0)  # gathered; waiting for the slot
+            await server.send({"type": "assign", "action": member("s3", 3)})
+            await asyncio.sleep(0.5)
+            await server.send({"type": "cancel", "action": "s2", "attempt": 1})
+            got = await results(server, 4)
+            assert got["s2"]["state"] == "cancelled"
+            assert got["s2"]["started_at"] is None
+            scored = {key: json.loads(got[key]["stdout"]) for key in ("s1", "s3")}
+            assert [s["score"] for s in scored.values()] == [10, 30]
+            assert {s["of"] for s in scored.values()} == {2}
+            assert got["s1"]["started_at"] >= got["hold"]["finished_at"]
+            assert not agent._gatherings
 
     arun(scenario)
