@@ -28,6 +28,10 @@ work it knows about.
         )
         done = tangram.wait_all([a.id for a in batch], timeout=600)
 
+        # A reward model: score(samples) runs once per batch of samples, not per sample.
+        scorer = "def score(samples):\n    return [len(s) / 100 for s in samples]\n"
+        rewards = tangram.score(scorer, completions, demand={"cpu": 2, "gpu": 1})
+
     # asyncio: the same methods, awaited; wait_all long-polls concurrently.
     from tangram_client import AsyncClient
 
@@ -39,7 +43,15 @@ Errors from the API raise ``TangramError`` (``.status``, ``.detail``,
 """
 
 from tangram_client.client import AsyncClient, Client
-from tangram_client.models import STATES, TERMINAL_STATES, Action, Quota, TangramError, Tenant
+from tangram_client.models import (
+    STATES,
+    TERMINAL_STATES,
+    Action,
+    Quota,
+    ScoringError,
+    TangramError,
+    Tenant,
+)
 
 __all__ = [
     "STATES",
@@ -48,6 +60,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "Quota",
+    "ScoringError",
     "TangramError",
     "Tenant",
 ]

@@ -7,16 +7,18 @@ submitting it again would run the action twice.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import httpx
 
-from tangram_client.models import Action, TangramError, Tenant
+from tangram_client.models import Action, ScoringError, TangramError, Tenant
 
 #: Largest body ``POST /api/v1/actions`` accepts.
 BULK_LIMIT = 1000
@@ -60,6 +62,38 @@ def _action_body(
     body: dict[str, Any] = {"type": type, "payload": dict(payload or {})}
     body.update({k: v for k, v in fields.items() if v is not None})
     return body
+
+
+def _scoring(
+    code: str,
+    samples: Sequence[Any],
+    files: Mapping[str, str] | None,
+    batch_key: str | None,
+    batch_limit: int,
+    fields: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """One ``reward.python`` call per sample, batched by default under the scorer's digest."""
+    payload: dict[str, Any] = {"code": code, **({"files": dict(files)} if files else {})}
+    if batch_key is None:
+        digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        batch_key = f"reward.python:{digest[:32]}"
+    return [
+        {
+            "type": "reward.python",
+            "payload": {**payload, "sample": sample},
+            "batch_key": batch_key,
+            "batch_limit": batch_limit,
+            **fields,
+        }
+        for sample in samples
+    ]
+
+
+def _scores(actions: list[Action]) -> list[Any]:
+    failed = [action for action in actions if not action.ok]
+    if failed:
+        raise ScoringError(failed, len(actions))
+    return [json.loads(action.stdout) for action in actions]
 
 
 def _chunks(actions: Iterable[Mapping[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -215,6 +249,26 @@ class Client:
         """Submit and wait: the one-call way to use a sandbox or a reward model."""
         return self.wait(self.submit(type, payload, **fields).id, wait_timeout)
 
+    def score(
+        self,
+        code: str,
+        samples: Sequence[Any],
+        *,
+        files: Mapping[str, str] | None = None,
+        batch_key: str | None = None,
+        batch_limit: int = 64,
+        wait_timeout: float | None = None,
+        **fields: Any,
+    ) -> list[Any]:
+        """Score ``samples`` with ``score(samples)`` from ``code`` (``reward.python``):
+        one call per sample, which the scheduler batches (by default per scorer) and
+        the agent scores a batch at a time. The scores, in order; ``ScoringError``
+        if any sample was not scored. ``demand``, ``job``, ``timeout_s`` ... go in ``fields``.
+        """
+        specs = _scoring(code, samples, files, batch_key, batch_limit, fields)
+        calls = self.submit_many(specs)
+        return _scores(self.wait_all([call.id for call in calls], wait_timeout))
+
     def cancel(self, action_id: str) -> Action:
         """Cancel a queued or running action; a 409 ``TangramError`` if it already ended."""
         return Action.from_json(self._request("POST", f"{API}/actions/{action_id}/cancel"))
@@ -340,6 +394,21 @@ class AsyncClient:
     ) -> Action:
         action = await self.submit(type, payload, **fields)
         return await self.wait(action.id, wait_timeout)
+
+    async def score(
+        self,
+        code: str,
+        samples: Sequence[Any],
+        *,
+        files: Mapping[str, str] | None = None,
+        batch_key: str | None = None,
+        batch_limit: int = 64,
+        wait_timeout: float | None = None,
+        **fields: Any,
+    ) -> list[Any]:
+        specs = _scoring(code, samples, files, batch_key, batch_limit, fields)
+        calls = await self.submit_many(specs)
+        return _scores(await self.wait_all([call.id for call in calls], wait_timeout))
 
     async def cancel(self, action_id: str) -> Action:
         return Action.from_json(await self._request("POST", f"{API}/actions/{action_id}/cancel"))

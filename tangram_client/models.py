@@ -156,3 +156,15 @@ class TangramError(Exception):
         if self.errors:
             text += " " + "; ".join(f"{k}: {', '.join(v)}" for k, v in self.errors.items())
         return text
+
+
+class ScoringError(Exception):
+    """Some samples of a ``score`` call were not scored: ``failed`` holds their actions."""
+
+    def __init__(self, failed: list[Action], total: int) -> None:
+        self.failed = failed
+        first = failed[0]
+        super().__init__(
+            f"{len(failed)} of {total} samples not scored; first, {first.id}: "
+            f"{first.state}: {first.error}"
+        )

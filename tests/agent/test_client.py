@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tangram_client import Action, AsyncClient, Client, TangramError
+from tangram_client import Action, AsyncClient, Client, ScoringError, TangramError
 
 TOKEN = "tenant-token"
 
@@ -58,6 +58,8 @@ class FakeApi:
         self.fail_next: list[int] = []
         self.requests: list[tuple[str, str, dict[str, Any] | list[Any] | None]] = []
         self.reject_bulk_after = 10**9
+        #: Actions that finish failed rather than succeeded.
+        self.failing: set[str] = set()
 
     def handle(
         self, method: str, path: str, query: dict[str, list[str]], body: Any
@@ -72,6 +74,8 @@ class FakeApi:
             for item in items:
                 action_id = f"a{len(self.actions)}"
                 self.actions[action_id] = action_json(action_id, type=item["type"])
+                if item.get("payload", {}).get("sample") == "bad":
+                    self.failing.add(action_id)
                 created.append(self.actions[action_id])
             return 201, created if isinstance(body, list) else created[0]
         if method == "GET" and path == "/api/v1/actions":
@@ -113,6 +117,8 @@ class FakeApi:
                         finished_at="2026-01-01T00:00:01.500000+00:00",
                         act_s=1.5,
                     )
+                    if parts[4] in self.failing:
+                        action.update(state="failed", exit_code=1, stdout="", error="bad sample")
                 return 200, action
         return 404, {"detail": "not found"}
 
@@ -250,3 +256,32 @@ def test_async_client_waits_for_many_concurrently(api: FakeApi) -> None:
             assert (await client.me()).name == "owner"
 
     asyncio.run(scenario())
+
+
+def test_score_submits_one_batched_reward_call_per_sample_and_parses_the_scores(
+    api: FakeApi,
+) -> None:
+    scorer = "def score(samples):\n    return [42 for s in samples]\n"
+    with Client(api.base_url, TOKEN) as client:
+        assert client.score(scorer, ["a", {"b": 1}], demand={"cpu": 2}) == [42, 42]
+        other = client.score(scorer + "# v2\n", ["c"], files={"rm.json": "{}"})
+        assert other == [42]
+        with pytest.raises(ScoringError, match="1 of 3 samples not scored; first, a4: fail") as err:
+            client.score(scorer, ["x", "bad", "y"], batch_key="mine", batch_limit=8)
+    assert [a.id for a in err.value.failed] == ["a4"]
+    posts = [body for method, _, body in api.requests if method == "POST"]
+    first, second, third = (body for body in posts if isinstance(body, list))
+    assert [item["payload"]["sample"] for item in first] == ["a", {"b": 1}]
+    assert {item["type"] for item in first} == {"reward.python"}
+    assert first[0]["demand"] == {"cpu": 2} and first[0]["batch_limit"] == 64
+    assert first[0]["batch_key"] == first[1]["batch_key"]
+    assert first[0]["batch_key"].startswith("reward.python:")
+    assert second[0]["batch_key"] != first[0]["batch_key"]  # another scorer, another batch
+    assert second[0]["payload"]["files"] == {"rm.json": "{}"}
+    assert {(item["batch_key"], item["batch_limit"]) for item in third} == {("mine", 8)}
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(api.base_url, TOKEN) as client:
+            return await client.score(scorer, ["z"])
+
+    assert asyncio.run(scenario()) == [42]

@@ -184,7 +184,10 @@ def test_a_reward_batch_is_scored_in_one_run(tmp_path):
             ]
         )
         done = client.wait_all([a.id for a in calls], timeout=120)
+        # The client's one-call way: scores in order.
+        scored = client.score(SCORER, texts[:3], demand={"cpu": 2, "memory": 600})
 
+    assert [s["length"] for s in scored] == [1, 2, 3]
     assert [a.state for a in done] == ["succeeded"] * 6, [(a.state, a.error) for a in done]
     assert len({a.batch_id for a in done} - {None}) == 1
     scores = [json.loads(a.stdout) for a in done]
