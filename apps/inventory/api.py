@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import permissions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,6 +17,7 @@ class IsStaff(permissions.BasePermission):
 class NodeListApi(APIView):
     permission_classes = [permissions.IsAuthenticated, IsStaff]
 
+    @extend_schema_serializer(component_name="Node")
     class OutputSerializer(serializers.Serializer):
         id = serializers.UUIDField(source="node.id")
         name = serializers.CharField(source="node.name")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -11,6 +11,7 @@ from apps.tenants.selectors import principal_of, quota_list, tenant_usage
 
 
 class TenantMeApi(APIView):
+    @extend_schema_serializer(component_name="TenantMe")
     class OutputSerializer(serializers.Serializer):
         class QuotaSerializer(serializers.Serializer):
             resource = serializers.CharField()
