@@ -38,6 +38,8 @@ class Action:
     gpus: tuple[str, ...] = ()
     #: Shared by the actions placed together as one batch.
     batch_id: str | None = None
+    #: Why a queued action is not placed yet (from ``get``/``list``); None otherwise.
+    waiting: str | None = None
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
@@ -78,6 +80,7 @@ class Action:
             units=int(data.get("units") or 1),
             gpus=tuple(data.get("gpus") or ()),
             batch_id=data.get("batch_id"),
+            waiting=data.get("waiting"),
             exit_code=data.get("exit_code"),
             stdout=data.get("stdout") or "",
             stderr=data.get("stderr") or "",

@@ -25,6 +25,7 @@ from apps.actions.models import TERMINAL_STATES, ActionState
 from apps.actions.serializers import ActionInputSerializer, ActionOutputSerializer
 from apps.core.events import action_group
 from apps.core.exceptions import ApplicationError
+from apps.scheduling.selectors import waiting_reasons
 from apps.tenants.selectors import principal_of
 
 
@@ -75,8 +76,11 @@ class ActionListCreateApi(APIView):
             principal=principal_of(user=request.user), filters=filters.validated_data
         )
         paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(actions, request, view=self)
-        return paginator.get_paginated_response(ActionOutputSerializer(page, many=True).data)
+        page = paginator.paginate_queryset(actions, request, view=self) or []
+        context = {"waiting": waiting_reasons(actions=page)}
+        return paginator.get_paginated_response(
+            ActionOutputSerializer(page, many=True, context=context).data
+        )
 
 
 class ActionCancelApi(APIView):
@@ -109,7 +113,8 @@ class ActionDetailApi(APIView):
         action = selectors.access_action(
             principal=principal_of(user=request.user), action_id=action_id
         )
-        return Response(ActionOutputSerializer(action).data)
+        context = {"waiting": waiting_reasons(actions=[action])}
+        return Response(ActionOutputSerializer(action, context=context).data)
 
 
 def _visible_state(request: HttpRequest, action_id: str) -> str | None:

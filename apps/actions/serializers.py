@@ -141,6 +141,13 @@ class ActionOutputSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="Shared by the actions placed together as one batch.",
     )
+    waiting = serializers.SerializerMethodField(
+        help_text="Why a queued action is not placed yet (on GET); null otherwise."
+    )
+
+    def get_waiting(self, action: Action) -> str | None:
+        reasons: dict[Any, str] = self.context.get("waiting", {})
+        return reasons.get(action.id)
 
     class Meta:
         model = Action
@@ -163,6 +170,7 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "units",
             "gpus",
             "batch_id",
+            "waiting",
             "exit_code",
             "stdout",
             "stderr",

@@ -13,7 +13,7 @@ anything costs a few small queries.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -235,4 +235,84 @@ def scheduling_snapshot() -> Snapshot:
         running=running,
         duration_stats=_duration_stats(),
         capacity=capacity,
+    )
+
+
+def waiting_reasons(*, actions: Sequence[Action]) -> dict[Any, str]:
+    """Why each queued one of ``actions`` is not placed yet, checked as an operator would:
+    a node that runs its type, one large enough, its tenant's limit, room now.
+
+    What the policy alone knows (actions ahead of it, a guarantee it must leave
+    free) is named as such, not guessed.
+    """
+    queued = [action for action in actions if action.state == ActionState.QUEUED]
+    if not queued:
+        return {}
+    nodes = list(
+        Node.objects.filter(state=Node.State.ONLINE).values_list("id", "capacity", "executors")
+    )
+    usage = placed_usage()
+    limits: dict[Any, dict[str, float]] = {}
+    for tenant_id, resource, limit in Quota.objects.filter(
+        tenant_id__in={action.tenant_id for action in queued}
+    ).values_list("tenant_id", "resource", "limit"):
+        limits.setdefault(tenant_id, {})[resource] = limit
+    return {
+        action.id: _waiting_reason(
+            action,
+            nodes,
+            usage.by_node,
+            usage.by_tenant.get(action.tenant_id, {}),
+            limits.get(action.tenant_id, {}),
+        )
+        for action in queued
+    }
+
+
+def _waiting_reason(
+    action: Action,
+    nodes: list[tuple[Any, dict[str, float], list[str]]],
+    used_by_node: dict[Any, dict[str, float]],
+    tenant_used: dict[str, float],
+    limits: dict[str, float],
+) -> str:
+    demand = {kind: float(amount) for kind, amount in action.demand.items() if float(amount) > 0}
+    asked = ", ".join(f"{amount:g} {kind}" for kind, amount in sorted(demand.items()))
+
+    def fits(room: dict[str, float]) -> bool:
+        return all(
+            amount <= float(room.get(kind, 0.0)) + EPSILON for kind, amount in demand.items()
+        )
+
+    offering = [
+        (node_id, capacity) for node_id, capacity, executors in nodes if action.type in executors
+    ]
+    if not offering:
+        return f"no online node runs {action.type}"
+    if not any(fits(capacity) for _, capacity in offering):
+        return f"no online node running {action.type} is large enough for {asked}"
+    for kind, amount in sorted(demand.items()):
+        limit = limits.get(kind)
+        held = tenant_used.get(kind, 0.0)
+        if limit is not None and held + amount > limit + EPSILON:
+            return (
+                f"its tenant is at its {kind} limit: it holds {held:g} of {limit:g}, "
+                f"and this asks {amount:g} more"
+            )
+    free = [
+        {
+            kind: float(amount) - used_by_node.get(node_id, {}).get(kind, 0.0)
+            for kind, amount in capacity.items()
+        }
+        for node_id, capacity in offering
+    ]
+    if not any(fits(room) for room in free):
+        return (
+            f"no room now: none of the {len(offering)} online node(s) running {action.type} "
+            f"has {asked} free; it starts as placed actions finish"
+        )
+    return (
+        "room is free now: the next scheduling round places it, unless actions ahead of it "
+        "(shorter expected work, higher priority, waiting longer) or room kept for another "
+        "tenant's guarantee come first"
     )

@@ -207,9 +207,13 @@ def test_nodes_is_staff_only(owner, staff_client, node):
 
 
 def test_schema_and_docs_are_served(staff_client):
-    schema = staff_client.get("/api/v1/schema")
+    schema = staff_client.get("/api/v1/schema", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert schema.status_code == 200
-    assert b"/api/v1/actions/{action_id}" in schema.content
+    document = schema.json()
+    assert "/api/v1/actions/{action_id}" in document["paths"]
+    assert document["components"]["securitySchemes"]["tenantToken"]["scheme"] == "bearer"
+    assert {"ActionOutput", "Node", "TenantMe"} <= set(document["components"]["schemas"])
+    assert {"tenantToken": []} in document["paths"]["/api/v1/actions"]["post"]["security"]
     docs = staff_client.get("/api/v1/docs")
     assert docs.status_code == 200
     assert b"cdn" not in docs.content.lower()  # served locally: no network needed
@@ -298,3 +302,48 @@ def test_nodes_show_their_gpu_groups(staff_client):
     NodeFactory(capacity={"cpu": 4, "gpu": 2}, gpu_groups=[["0"], ["1"]])
     (shown,) = staff_client.get("/api/v1/nodes").json()
     assert shown["gpu_groups"] == [["0"], ["1"]]
+
+
+def _waiting(owner, action_id):
+    response = owner.client.get(f"{URL}/{action_id}")
+    assert response.status_code == 200, response.json()
+    return response.json()["waiting"]
+
+
+def test_a_queued_action_says_why_it_waits(owner, stranger, node):
+    """Each reason in turn, as the state that causes it comes and goes."""
+    quota_set(tenant=owner.tenant, resource="cpu", guaranteed=1, limit=2)
+    queued = owner.client.post(URL, PY, format="json").json()["id"]
+    assert _waiting(owner, queued).startswith("room is free now: the next scheduling round")
+
+    held = ActionFactory(
+        tenant=owner.tenant, state="running", node=node, allocation={"cpu": 2, "memory": 16}
+    )
+    assert _waiting(owner, queued) == (
+        "its tenant is at its cpu limit: it holds 2 of 2, and this asks 1 more"
+    )
+
+    held.allocation = {"cpu": 1, "memory": 16}
+    held.save()
+    ActionFactory(
+        tenant=stranger.tenant, state="running", node=node, allocation={"cpu": 3, "memory": 16}
+    )
+    assert _waiting(owner, queued) == (
+        "no room now: none of the 1 online node(s) running sandbox.python has "
+        "1 cpu, 512 memory free; it starts as placed actions finish"
+    )
+
+    big = ActionFactory(tenant=owner.tenant, type="sandbox.python", demand={"cpu": 8})
+    assert _waiting(owner, big.id) == (
+        "no online node running sandbox.python is large enough for 8 cpu"
+    )
+
+    node.executors = ["sleep"]
+    node.save()
+    assert _waiting(owner, queued) == "no online node runs sandbox.python"
+    listed = owner.client.get(URL, {"state": "queued"}).json()["results"]
+    assert {a["id"]: a["waiting"] for a in listed} == {
+        str(queued): "no online node runs sandbox.python",
+        str(big.id): "no online node runs sandbox.python",
+    }
+    assert _waiting(owner, held.id) is None  # running: nothing to explain
