@@ -56,10 +56,11 @@ def _check_scorer(payload: Mapping[str, Any]) -> None:
     if "sample" not in payload:
         raise ApplicationError("payload.sample is required.", field="payload.sample")
     _check_files(payload, ("main.py", "scorer.py", "samples.json"))
-    for key in sorted(set(payload) - {"code", "sample", "files"}):
+    unknown = sorted(set(payload) - {"code", "sample", "files"})
+    if unknown:
         raise ApplicationError(
-            f"payload.{key} is not a reward.python field (code, sample, files).",
-            field=f"payload.{key}",
+            f"payload.{unknown[0]} is not a reward.python field (code, sample, files).",
+            field=f"payload.{unknown[0]}",
         )
 
 
