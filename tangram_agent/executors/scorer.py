@@ -114,12 +114,12 @@ class ScorerExecutor:
         if outcome.state == "succeeded":
             try:
                 scores = json.loads(outcome.stdout)
-            except ValueError:  # cut short: the scores outgrew the members' output caps
-                outcome = replace(
-                    outcome,
-                    state="failed",
-                    error=f"the scores are over {cap} bytes of JSON per sample",
-                )
+            except ValueError:
+                if outcome.stdout_truncated:
+                    error = f"the scores are over {cap} bytes of JSON per sample"
+                else:  # something wrote to the real stdout (sys.__stdout__) too
+                    error = "the scores could not be read: the scorer wrote to stdout itself"
+                outcome = replace(outcome, state="failed", error=error)
             else:
                 return [self._scored(outcome, score) for score in scores]
         return [self._failed(outcome)] * len(members)

@@ -90,16 +90,17 @@ def test_a_scorer_that_fails_fails_every_member_saying_why(sandbox: Sandbox) -> 
     short = "def score(samples):\n    return samples[:1]\n"
     raising = "def score(samples):\n    return [1 / 0 for s in samples]\n"
     unserialisable = "def score(samples):\n    return [object() for s in samples]\n"
+    chatty = "import sys\ndef score(samples):\n    sys.__stdout__.write('hi')\n    return samples\n"
 
     async def scenario() -> None:
         async with scorer_agent(sandbox) as (server, _):
             await server.next("register")
-            for i, code in enumerate((short, raising, unserialisable)):
+            for i, code in enumerate((short, raising, unserialisable, chatty)):
                 for j in (1, 2):
                     assignment = member(f"c{i}m{j}", j, code=code, size=2)
                     assignment["batch_id"] = f"batch:c{i}"
                     await server.send({"type": "assign", "action": assignment})
-            got = await results(server, 6)
+            got = await results(server, 8)
             errors = {}
             for action_id, result in got.items():
                 assert result["state"] == "failed", result
@@ -109,6 +110,9 @@ def test_a_scorer_that_fails_fails_every_member_saying_why(sandbox: Sandbox) -> 
             assert errors["c1"] == {"exited with code 1: ZeroDivisionError: division by zero"}
             (unserialisable_error,) = errors["c2"]
             assert unserialisable_error.startswith("score() must return a list of JSON values")
+            assert errors["c3"] == {
+                "the scores could not be read: the scorer wrote to stdout itself"
+            }
 
     arun(scenario)
 
