@@ -194,3 +194,43 @@ def test_a_reward_batch_is_scored_in_one_run(tmp_path):
     assert [s["length"] for s in scores] == [1, 2, 3, 4, 5, 6]
     assert {s["of"] for s in scores} == {6}
     assert len({s["run"] for s in scores}) == 1
+
+
+def test_a_reward_batch_on_a_killed_agent_is_scored_again_elsewhere(tmp_path):
+    """kill -9 the agent mid-batch: every member comes back, is re-batched on the next
+    agent and scored in one run there; each ends once."""
+    slow = SCORER.replace("def score(samples):", "def score(samples):\n    time.sleep(4)")
+    slow = "import time\n" + slow
+    with (
+        running_cluster(tmp_path, agents=["scorer-a"]) as cluster,
+        Client(cluster.base_url, cluster.tenant_token) as client,
+    ):
+        calls = client.submit_many(
+            [
+                {
+                    "type": "reward.python",
+                    "payload": {"code": slow, "sample": "x" * n},
+                    "demand": {"cpu": 2, "memory": 600},
+                    "batch_key": "slow-rm",
+                    "batch_limit": 8,
+                }
+                for n in range(1, 7)
+            ]
+        )
+
+        def running_on_a() -> bool:
+            rows = cluster.sql("SELECT count(*) FROM actions_action WHERE state = 'running'")
+            return rows[0][0] == 6
+
+        wait_for(running_on_a, 60, "the batch to run on scorer-a")
+        cluster.kill("scorer-a")
+        cluster.start_agent("scorer-b")
+        done = client.wait_all([a.id for a in calls], timeout=180)
+        events = _terminal_events(cluster)
+
+    assert [a.state for a in done] == ["succeeded"] * 6, [(a.state, a.error) for a in done]
+    assert {(a.node, a.attempt) for a in done} == {("scorer-b", 2)}
+    scores = [json.loads(a.stdout) for a in done]
+    assert [s["length"] for s in scores] == [1, 2, 3, 4, 5, 6]
+    assert len({s["run"] for s in scores}) == 1 and {s["of"] for s in scores} == {6}
+    assert len(events) == 6 and set(events.values()) == {1}
