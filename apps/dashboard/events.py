@@ -65,6 +65,8 @@ class TenantView(TypedDict):
     running: int
     usage: dict[str, float]
     quotas: dict[str, QuotaView]
+    #: Why its next queued action (highest priority, oldest) waits; None with none queued.
+    waiting: str | None
 
 
 class Totals(TypedDict):

@@ -2,7 +2,8 @@
 
 A fixed handful of queries whatever the pool's size: placed actions are read
 once for both node and tenant usage, per-node listings are capped in SQL with
-a window function, and queue lengths come from one grouped count.
+a window function, queue lengths come from one grouped count, and each
+tenant's next queued action (one window query) says why it waits.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from apps.dashboard.events import (
     Totals,
 )
 from apps.inventory.models import Node
+from apps.scheduling.selectors import waiting_reasons
 from apps.tenants.models import Quota, Tenant
 from apps.tenants.selectors import Principal
 
@@ -110,6 +112,24 @@ def _quotas() -> dict[Any, dict[str, QuotaView]]:
     return quotas
 
 
+def _queue_heads_waiting() -> dict[Any, str]:
+    """Per tenant id, why its next queued action (as the scheduler reads the queue:
+    highest priority, then oldest) waits."""
+    heads = list(
+        Action.objects.filter(state=ActionState.QUEUED)
+        .annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("tenant_id")],
+                order_by=[F("priority").desc(), F("submitted_at").asc(), F("id").asc()],
+            )
+        )
+        .filter(rank=1)
+    )
+    reasons = waiting_reasons(actions=heads)
+    return {head.tenant_id: reasons[head.id] for head in heads}
+
+
 def dashboard_snapshot(*, principal: Principal) -> Snapshot:
     """Everything the operator dashboard shows, as JSON-able data; staff only."""
     if not principal.is_staff:
@@ -119,6 +139,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
     listing = _placed_listing()
     state_counts = _state_counts()
     quotas = _quotas()
+    waiting = _queue_heads_waiting()
 
     nodes: list[NodeView] = []
     totals: Totals = {
@@ -162,6 +183,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
             "running": counts.get("running", 0),
             "usage": used_by_tenant.get(tenant.id, {}),
             "quotas": quotas.get(tenant.id, {}),
+            "waiting": waiting.get(tenant.id),
         }
         tenants.append(view)
     totals["queued"] = sum(t["queued"] for t in tenants)

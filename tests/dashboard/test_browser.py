@@ -166,6 +166,11 @@ def test_the_dashboard_follows_actions_from_queue_to_node_to_done(dashboard_serv
 
     expect(tid(f"{tenant}-queued")).to_have_text("1", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{tenant}-assigned")).to_have_text("4", timeout=UPDATE_WAIT_MS)
+    # The one left queued says why: the tenant holds its whole cpu limit.
+    expect(tid(f"{tenant}-waiting")).to_have_text(
+        "its tenant is at its cpu limit: it holds 4 of 4, and this asks 1 more",
+        timeout=UPDATE_WAIT_MS,
+    )
     expect(tid(f"{node}-running-count")).to_have_text("4", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{node}-used-cpu")).to_have_text("4", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{node}-free-cpu")).to_have_text("0", timeout=UPDATE_WAIT_MS)

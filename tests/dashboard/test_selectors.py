@@ -91,7 +91,9 @@ def test_snapshot_shows_tenant_queues_usage_and_quotas():
         "running": 1,
         "usage": {"cpu": 3.0, "memory": 32.0},
         "quotas": {"cpu": {"guaranteed": 2.0, "limit": 6.0}},
+        "waiting": acme_view["waiting"],
     }
+    assert acme_view["waiting"].startswith("room is free now")
     assert idle_view == {
         "name": "idle",
         "queued": 0,
@@ -99,6 +101,7 @@ def test_snapshot_shows_tenant_queues_usage_and_quotas():
         "running": 0,
         "usage": {},
         "quotas": {},
+        "waiting": None,
     }
     totals = snapshot["totals"]
     assert (totals["queued"], totals["assigned"], totals["running"]) == (3, 1, 1)
@@ -140,6 +143,7 @@ def test_query_count_does_not_grow_with_nodes_tenants_or_actions():
     quota_set(tenant=tenant, resource="cpu", guaranteed=1, limit=100)
     node = NodeFactory(capacity={"cpu": 100, "memory": 10**6})
     place(node=node, tenant=tenant)
+    ActionFactory(tenant=tenant)  # queued: its tenant's waiting reason is read too
     small = _queries_for_snapshot()
 
     for i in range(8):

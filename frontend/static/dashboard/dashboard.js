@@ -199,7 +199,12 @@
     return el(
       "tr",
       { testid: prefix },
-      el("th", { scope: "row" }, tenant.name),
+      el(
+        "th",
+        { scope: "row" },
+        tenant.name,
+        tenant.waiting ? el("div", { class: "waiting muted", testid: `${prefix}-waiting`, title: tenant.waiting }, tenant.waiting) : null,
+      ),
       el("td", { class: "num", testid: `${prefix}-queued` }, tenant.queued),
       el("td", { class: "num", testid: `${prefix}-assigned` }, tenant.assigned),
       el("td", { class: "num", testid: `${prefix}-running` }, tenant.running),
