@@ -246,7 +246,7 @@ class Client:
         wait_timeout: float | None = None,
         **fields: Any,
     ) -> Action:
-        """Submit and wait: the one-call way to use a sandbox or a reward model."""
+        """Submit and wait: the one-call way to run one action (``score`` scores samples)."""
         return self.wait(self.submit(type, payload, **fields).id, wait_timeout)
 
     def score(

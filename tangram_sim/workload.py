@@ -250,10 +250,10 @@ def _validate(
             raise WorkloadError(
                 f"{where}.tenant: {task.tenant!r} is not one of the tenants ({', '.join(quotas)})"
             )
-        kinds = [("actions", i, a) for i, a in enumerate(task.actions)]
+        calls = [("actions", i, a) for i, a in enumerate(task.actions)]
         if task.reward is not None:
-            kinds.append(("reward", -1, task.reward))
-        for part, i, action in kinds:
+            calls.append(("reward", -1, task.reward))
+        for part, i, action in calls:
             at = f"{where}.{part}" if i < 0 else f"{where}.{part}[{i}]"
             groups = [g for g in pool if action.executor in g.executors]
             if not groups:
