@@ -25,11 +25,9 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from bench.latency import embedded_server
+from bench.latency import target
 from tangram_client import Client
 
 SCORER = """\
@@ -80,16 +78,8 @@ def main() -> None:
     parser.add_argument("--load-s", type=float, default=1.0)
     args = parser.parse_args()
 
-    @contextmanager
-    def target() -> Iterator[tuple[str, str]]:
-        if args.url:
-            yield args.url, args.token
-        else:
-            with embedded_server() as server:
-                yield server
-
     modes = ("reward one pass", "sandbox in turn", "reward unbatched")
-    with target() as (url, token):
+    with target(args.url, args.token) as (url, token):
         print(f"target {url}; a burst of {args.calls} calls, model load {args.load_s:g} s\n")
         print(f"{'mode':<20}{'wall s':>9}{'mean ACT s':>12}{'scorer runs':>13}{'x one pass':>12}")
         first = 0.0

@@ -74,6 +74,16 @@ def embedded_server() -> Iterator[tuple[str, str]]:
             proc.wait(timeout=30)
 
 
+@contextmanager
+def target(url: str | None, token: str | None) -> Iterator[tuple[str, str]]:
+    """The deployment at ``url`` (with ``token``), or else the embedded mode, started here."""
+    if url:
+        yield url, token or ""
+    else:
+        with embedded_server() as server:
+            yield server
+
+
 def sequential(url: str, token: str, kind: str, n: int) -> tuple[list[float], list[float]]:
     latencies, acts = [], []
     with Client(url, token) as client:
@@ -107,15 +117,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=200, help="actions per burst")
     args = parser.parse_args()
 
-    @contextmanager
-    def target() -> Iterator[tuple[str, str]]:
-        if args.url:
-            yield args.url, args.token
-        else:
-            with embedded_server() as server:
-                yield server
-
-    with target() as (url, token):
+    with target(args.url, args.token) as (url, token):
         print(f"target {url}; {args.n} sequential runs and a burst of {args.burst} per type\n")
         print(
             f"{'type':<16}{'p50 run() ms':>14}{'p95 ms':>10}{'p50 ACT ms':>12}"
