@@ -38,6 +38,9 @@ work it knows about.
     async with AsyncClient("http://127.0.0.1:8000", token="...") as tangram:
         action = await tangram.run("sandbox.python", {"code": "print(1)"})
 
+A queued action's ``waiting`` says why it is not placed yet (no node runs its
+type, its tenant is at a limit, no room now ...).
+
 Errors from the API raise ``TangramError`` (``.status``, ``.detail``,
 ``.errors`` by field path); reads are retried on connection errors and 5xx.
 """
