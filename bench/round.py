@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 
 from tangram_policy.pool import partial_view
@@ -130,8 +134,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--running", type=int, default=5_000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per round of the first policy on the partial view under "
+        "valgrind (slow; unlike wall time, the count does not drift with the machine)",
+    )
+    parser.add_argument("--rounds-only", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     full = build_snapshot(args.pending, args.nodes, args.running)
+    if args.rounds_only:  # the workload --instructions counts: build, then N rounds, silently
+        policy = get_policy(args.policies.split(",")[0])
+        snapshot = partial_view(full)
+        for _ in range(args.rounds_only):
+            policy.decide(snapshot)
+        return 0
+    if args.instructions:
+        return _count_instructions(args.policies.split(",")[0], argv or sys.argv[1:])
     views = {"": partial_view(full), " (every running action)": full}
     print(f"{args.pending} pending x {args.nodes} nodes, {args.running} running")
     print(f"{'policy':<40}{'median ms':>10}{'max ms':>10}{'placements':>12}")
@@ -151,6 +170,31 @@ def main(argv: list[str] | None = None) -> int:
                 f"{label:<40}{statistics.median(timings):>10.1f}{max(timings):>10.1f}"
                 f"{placements:>12}"
             )
+    return 0
+
+
+def _count_instructions(policy: str, argv: list[str]) -> int:
+    """Instructions per round: (a run of 3 rounds - a run of 1) / 2, so that
+    interpreter start-up and building the snapshot cancel out."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("--instructions needs valgrind (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    passed = [a for a in argv if a != "--instructions"]
+    counts = []
+    for rounds in (1, 3):
+        ran = subprocess.run(
+            [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
+            + ["-m", "bench.round", *passed, "--rounds-only", str(rounds)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        collected = re.search(r"Collected : (\d+)", ran.stderr)
+        assert collected is not None, ran.stderr[-2000:]
+        counts.append(int(collected.group(1)))
+    per_round = (counts[1] - counts[0]) / 2
+    print(f"{policy}: {per_round / 1e6:.0f} M instructions per round (partial view)")
     return 0
 
 
