@@ -113,6 +113,8 @@ class Tenant:
     usage: dict[str, float]
     queued: int
     running: int
+    #: Why the next queued action waits; None with none queued.
+    waiting: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Tenant:
@@ -130,6 +132,7 @@ class Tenant:
             usage={k: float(v) for k, v in (data.get("usage") or {}).items()},
             queued=int(data.get("queued") or 0),
             running=int(data.get("running") or 0),
+            waiting=data.get("waiting"),
         )
 
 

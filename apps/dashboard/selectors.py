@@ -28,7 +28,7 @@ from apps.dashboard.events import (
     Totals,
 )
 from apps.inventory.models import Node
-from apps.scheduling.selectors import waiting_reasons
+from apps.scheduling.selectors import queue_heads_waiting
 from apps.tenants.models import Quota, Tenant
 from apps.tenants.selectors import Principal
 
@@ -112,24 +112,6 @@ def _quotas() -> dict[Any, dict[str, QuotaView]]:
     return quotas
 
 
-def _queue_heads_waiting() -> dict[Any, str]:
-    """Per tenant id, why its next queued action (as the scheduler reads the queue:
-    highest priority, then oldest) waits."""
-    heads = list(
-        Action.objects.filter(state=ActionState.QUEUED)
-        .annotate(
-            rank=Window(
-                RowNumber(),
-                partition_by=[F("tenant_id")],
-                order_by=[F("priority").desc(), F("submitted_at").asc(), F("id").asc()],
-            )
-        )
-        .filter(rank=1)
-    )
-    reasons = waiting_reasons(actions=heads)
-    return {head.tenant_id: reasons[head.id] for head in heads}
-
-
 def dashboard_snapshot(*, principal: Principal) -> Snapshot:
     """Everything the operator dashboard shows, as JSON-able data; staff only."""
     if not principal.is_staff:
@@ -139,7 +121,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
     listing = _placed_listing()
     state_counts = _state_counts()
     quotas = _quotas()
-    waiting = _queue_heads_waiting()
+    waiting = queue_heads_waiting()
 
     nodes: list[NodeView] = []
     totals: Totals = {

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from django.db.models import TextField
-from django.db.models.functions import Cast
+from django.db.models import F, TextField, Window
+from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
 from apps.actions.models import Action, ActionDurationStat, ActionState
@@ -236,6 +236,25 @@ def scheduling_snapshot() -> Snapshot:
         duration_stats=_duration_stats(),
         capacity=capacity,
     )
+
+
+def queue_heads_waiting(*, tenant_id: Any = None) -> dict[Any, str]:
+    """Per tenant id (or for one), why its next queued action waits: the one the
+    scheduler reads first, highest priority, then oldest."""
+    queued = Action.objects.filter(state=ActionState.QUEUED)
+    if tenant_id is not None:
+        queued = queued.filter(tenant_id=tenant_id)
+    heads = list(
+        queued.annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("tenant_id")],
+                order_by=[F("priority").desc(), F("submitted_at").asc(), F("id").asc()],
+            )
+        ).filter(rank=1)
+    )
+    reasons = waiting_reasons(actions=heads)
+    return {head.tenant_id: reasons[head.id] for head in heads}
 
 
 def waiting_reasons(*, actions: Sequence[Action]) -> dict[Any, str]:

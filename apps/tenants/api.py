@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.exceptions import ApplicationError
+from apps.scheduling.selectors import queue_heads_waiting
 from apps.tenants.selectors import principal_of, quota_list, tenant_usage
 
 
@@ -25,6 +26,11 @@ class TenantMeApi(APIView):
         usage = serializers.DictField(child=serializers.FloatField())
         queued = serializers.IntegerField()
         running = serializers.IntegerField()
+        waiting = serializers.CharField(
+            allow_null=True,
+            help_text="Why the next queued action (highest priority, oldest) waits; "
+            "null with none queued.",
+        )
 
     @extend_schema(responses=OutputSerializer)
     def get(self, request: Request) -> Response:
@@ -33,6 +39,10 @@ class TenantMeApi(APIView):
             raise ApplicationError(
                 "Call with a tenant's API token.", field="authorization", status_code=403
             )
-        usage = tenant_usage(tenant=tenant)
-        data = {"name": tenant.name, "quotas": quota_list(tenant=tenant), **usage}
+        data = {
+            "name": tenant.name,
+            "quotas": quota_list(tenant=tenant),
+            **tenant_usage(tenant=tenant),
+            "waiting": queue_heads_waiting(tenant_id=tenant.id).get(tenant.id),
+        }
         return Response(self.OutputSerializer(data).data)

@@ -98,6 +98,7 @@ class FakeApi:
                 "usage": {"cpu": 1.5},
                 "queued": 2,
                 "running": 1,
+                "waiting": "no room now",
             }
         parts = path.split("/")
         if len(parts) >= 5 and parts[4] in self.actions:
@@ -239,7 +240,7 @@ def test_list_follows_pages_and_me_parses_quotas(api: FakeApi) -> None:
         me = client.me()
     assert me.quotas[0].resource == "cpu" and me.quotas[0].limit == 8
     assert me.usage == {"cpu": 1.5}
-    assert (me.queued, me.running) == (2, 1)
+    assert (me.queued, me.running, me.waiting) == (2, 1, "no room now")
 
 
 def test_async_client_waits_for_many_concurrently(api: FakeApi) -> None:

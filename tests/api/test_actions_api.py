@@ -198,6 +198,12 @@ def test_tenants_me_reports_quotas_and_usage(owner, node):
     assert body["quotas"][0]["resource"] == "cpu" and body["quotas"][0]["limit"] == 4
     assert body["usage"] == {"cpu": 1.0}
     assert (body["queued"], body["running"]) == (1, 1)
+    assert body["waiting"].startswith("room is free now")
+    ActionFactory(tenant=owner.tenant, state="running", node=node, allocation={"cpu": 3})
+    body = owner.client.get("/api/v1/tenants/me").json()
+    assert body["waiting"] == (
+        "its tenant is at its cpu limit: it holds 4 of 4, and this asks 1 more"
+    )
 
 
 def test_nodes_is_staff_only(owner, staff_client, node):
