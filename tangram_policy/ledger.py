@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from tangram_policy.pool import take_gpus
 from tangram_policy.types import EPSILON, Node, Resources, Snapshot, TenantQuota
 
 
@@ -52,11 +53,7 @@ class Ledger:
         ids = self.gpu_free.get(node_id)
         count = int(round(allocation.get("gpu", 0.0)))
         if ids is not None and count > 0:
-            if gpus:
-                held = set(gpus)
-                ids[:] = [gpu for gpu in ids if gpu not in held]
-            else:
-                del ids[:count]
+            take_gpus([ids], gpus, count)
         usage = self.usage[tenant]
         for kind, amount in allocation.items():
             usage[kind] = usage.get(kind, 0.0) + amount

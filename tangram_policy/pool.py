@@ -74,7 +74,7 @@ def partial_view(snapshot: Snapshot) -> Snapshot:
             free[kind] = free.get(kind, 0.0) - amount
         count = int(round(running.allocation.get("gpu", 0.0)))
         if gpus[running.node] and count > 0:
-            Pool._take_gpus(gpus[running.node], running.gpus, count)
+            take_gpus(gpus[running.node], running.gpus, count)
     capacity: dict[str, float] = {}
     for node in snapshot.nodes:
         for kind, amount in node.capacity.items():
@@ -96,6 +96,21 @@ def partial_view(snapshot: Snapshot) -> Snapshot:
         ),
         capacity=capacity if snapshot.capacity is None else snapshot.capacity,
     )
+
+
+def take_gpus(groups: list[list[str]], gpus: tuple[str, ...], count: int) -> tuple[str, ...]:
+    """Take ``gpus`` out of the free ``groups``; when their ids are unknown, the first
+    ``count`` free ids in group order. Returns the ids taken."""
+    if gpus:
+        held = set(gpus)
+        for group in groups:
+            group[:] = [g for g in group if g not in held]
+        return gpus
+    taken: list[str] = []
+    for group in groups:
+        while group and len(taken) < count:
+            taken.append(group.pop(0))
+    return tuple(taken)
 
 
 def gpu_group_size(groups: Iterable[Sized]) -> int:
@@ -199,7 +214,7 @@ class Pool:
                 for kind, amount in allocation.items():
                     total_free[kind] = total_free.get(kind, 0.0) - amount
             if gpu_free and running.node in gpu_free and allocation.get("gpu", 0.0) > 0:
-                self._take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
+                take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
         total = self.total
         for tenant, usage in usages.items():
             self.shares[tenant] = max(
@@ -272,21 +287,9 @@ class Pool:
             if gpus or (gpu > 0 and node_id in self.gpu_free):
                 groups = self.gpu_free.get(node_id)
                 if groups is not None:
-                    self._take_gpus(groups, gpus, int(round(gpu)))
+                    take_gpus(groups, gpus, int(round(gpu)))
         if share > self.shares.get(tenant, 0.0):
             self.shares[tenant] = share
-
-    @staticmethod
-    def _take_gpus(groups: list[list[str]], gpus: tuple[str, ...], count: int) -> None:
-        if gpus:
-            held = set(gpus)
-            for group in groups:
-                group[:] = [g for g in group if g not in held]
-            return
-        for group in groups:  # ids unknown: assume they fill groups in order
-            while count and group:
-                group.pop(0)
-                count -= 1
 
     def guarantee_caps(self, tenant: str, demand: Resources) -> Caps | None:
         """What ``tenant``'s guarantee bounds of ``demand``; None: it never is within it."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tangram_policy.estimate import speedup, stat_update, work_at_min_units
-from tangram_policy.pool import gpu_group_size
+from tangram_policy.pool import gpu_group_size, take_gpus
 from tangram_policy.registry import get_policy
 from tangram_policy.types import (
     EPSILON,
@@ -726,16 +726,7 @@ class Simulation:
         gpus = placement.gpus
         count = int(round(placement.allocation.get("gpu", 0.0)))
         if node.gpu_groups and count:
-            if gpus:
-                held = set(gpus)
-                for group in node.gpu_free:
-                    group[:] = [g for g in group if g not in held]
-            else:
-                taken: list[str] = []
-                for group in node.gpu_free:
-                    while group and len(taken) < count:
-                        taken.append(group.pop(0))
-                gpus = tuple(taken)
+            gpus = take_gpus(node.gpu_free, gpus, count)
         action.node = node
         action.allocation = dict(placement.allocation)
         action.gpus = gpus
