@@ -40,6 +40,11 @@ class PlacedUsage:
     actions_by_node: dict[Any, int] = dataclasses.field(default_factory=dict)
     actions_by_tenant: dict[Any, int] = dataclasses.field(default_factory=dict)
 
+    def free_on(self, node_id: Any, capacity: dict[str, Any]) -> dict[str, float]:
+        """A node's ``capacity`` less what placed actions hold on it, per kind."""
+        held = self.by_node.get(node_id, {})
+        return {kind: float(amount) - held.get(kind, 0.0) for kind, amount in capacity.items()}
+
 
 def placed_usage(*, tenant_id: Any = None, node_ids: Sequence[Any] | None = None) -> PlacedUsage:
     """What assigned and running actions hold (of one tenant, on some nodes, or all).

@@ -121,7 +121,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
     listing = _placed_listing()
     state_counts = _state_counts()
     quotas = _quotas()
-    waiting = queue_heads_waiting()
+    waiting = queue_heads_waiting(placed=placed)
 
     nodes: list[NodeView] = []
     totals: Totals = {
@@ -144,7 +144,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
                 "last_seen_at": node.last_seen_at.isoformat(),
                 "capacity": capacity,
                 "used": {kind: used.get(kind, 0.0) for kind in capacity} | used,
-                "free": {kind: amount - used.get(kind, 0.0) for kind, amount in capacity.items()},
+                "free": placed.free_on(node.id, capacity),
                 "actions": listing.get(node.id, []),
                 "actions_total": placed.actions_by_node.get(node.id, 0),
             }

@@ -36,7 +36,7 @@ def node_list_with_usage() -> list[dict[str, Any]]:
             {
                 "node": node,
                 "used": used,
-                "free": {kind: cap - used.get(kind, 0.0) for kind, cap in node.capacity.items()},
+                "free": placed.free_on(node.id, node.capacity),
                 "actions": placed.actions_by_node.get(node.id, 0),
             }
         )

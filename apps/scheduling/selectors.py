@@ -13,7 +13,7 @@ anything costs a few small queries.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
 from apps.actions.models import Action, ActionDurationStat, ActionState
-from apps.actions.selectors import add_resources, placed_gpus, placed_usage
+from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
 from tangram_policy.pool import gpu_group_size
@@ -109,12 +109,12 @@ def _queued_demands(decoded: _Decoded) -> dict[str, list[Resources]]:
     return demands
 
 
+def _fits(demand: Mapping[str, Any], room: Resources) -> bool:
+    return all(float(amount) <= room.get(kind, 0.0) + EPSILON for kind, amount in demand.items())
+
+
 def _can_take(room: Resources, executors: list[str], demands: dict[str, list[Resources]]) -> bool:
-    return any(
-        all(float(amount) <= room.get(kind, 0.0) + EPSILON for kind, amount in demand.items())
-        for type_ in executors
-        for demand in demands.get(type_, ())
-    )
+    return any(_fits(demand, room) for type_ in executors for demand in demands.get(type_, ()))
 
 
 def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
@@ -204,7 +204,6 @@ def scheduling_snapshot() -> Snapshot:
     now = timezone.now()
     decoded = _Decoded()
     placed = placed_usage()
-    held_by_node, usage = placed.by_node, placed.by_tenant
     demands = _queued_demands(decoded)
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []
@@ -215,17 +214,14 @@ def scheduling_snapshot() -> Snapshot:
         .values_list("id", "capacity", "executors", "warm", "gpu_groups")
     ):
         add_resources(capacity, node_capacity)
-        held = held_by_node.get(node_id, {})
-        room: Resources = {
-            kind: float(amount) - held.get(kind, 0.0) for kind, amount in node_capacity.items()
-        }
+        room = placed.free_on(node_id, node_capacity)
         if _can_take(room, executors, demands):
             useful.append(PolicyNode(str(node_id), room, frozenset(executors), frozenset(warm)))
             if groups:
                 gpu_groups[str(node_id)] = groups
     running = tuple(
         RunningAction(f"usage:{tenant}", str(tenant), "", "", used, 0.0)
-        for tenant, used in sorted(usage.items())
+        for tenant, used in sorted(placed.by_tenant.items())
     )
     return Snapshot(
         now=now.timestamp(),
@@ -238,9 +234,12 @@ def scheduling_snapshot() -> Snapshot:
     )
 
 
-def queue_heads_waiting(*, tenant_id: Any = None) -> dict[Any, str]:
+def queue_heads_waiting(
+    *, tenant_id: Any = None, placed: PlacedUsage | None = None
+) -> dict[Any, str]:
     """Per tenant id (or for one), why its next queued action waits: the one the
-    scheduler reads first, highest priority, then oldest."""
+    scheduler reads first, highest priority, then oldest. ``placed``: the caller's
+    read of placed usage, if it has one."""
     queued = Action.objects.filter(state=ActionState.QUEUED)
     if tenant_id is not None:
         queued = queued.filter(tenant_id=tenant_id)
@@ -253,11 +252,13 @@ def queue_heads_waiting(*, tenant_id: Any = None) -> dict[Any, str]:
             )
         ).filter(rank=1)
     )
-    reasons = waiting_reasons(actions=heads)
+    reasons = waiting_reasons(actions=heads, placed=placed)
     return {head.tenant_id: reasons[head.id] for head in heads}
 
 
-def waiting_reasons(*, actions: Sequence[Action]) -> dict[Any, str]:
+def waiting_reasons(
+    *, actions: Sequence[Action], placed: PlacedUsage | None = None
+) -> dict[Any, str]:
     """Why each queued one of ``actions`` is not placed yet, checked as an operator would:
     a node that runs its type, one large enough, its tenant's limit, room now.
 
@@ -270,20 +271,15 @@ def waiting_reasons(*, actions: Sequence[Action]) -> dict[Any, str]:
     nodes = list(
         Node.objects.filter(state=Node.State.ONLINE).values_list("id", "capacity", "executors")
     )
-    usage = placed_usage()
+    if placed is None:
+        placed = placed_usage()
     limits: dict[Any, dict[str, float]] = {}
     for tenant_id, resource, limit in Quota.objects.filter(
         tenant_id__in={action.tenant_id for action in queued}
     ).values_list("tenant_id", "resource", "limit"):
         limits.setdefault(tenant_id, {})[resource] = limit
     return {
-        action.id: _waiting_reason(
-            action,
-            nodes,
-            usage.by_node,
-            usage.by_tenant.get(action.tenant_id, {}),
-            limits.get(action.tenant_id, {}),
-        )
+        action.id: _waiting_reason(action, nodes, placed, limits.get(action.tenant_id, {}))
         for action in queued
     }
 
@@ -291,25 +287,19 @@ def waiting_reasons(*, actions: Sequence[Action]) -> dict[Any, str]:
 def _waiting_reason(
     action: Action,
     nodes: list[tuple[Any, dict[str, float], list[str]]],
-    used_by_node: dict[Any, dict[str, float]],
-    tenant_used: dict[str, float],
+    placed: PlacedUsage,
     limits: dict[str, float],
 ) -> str:
     demand = {kind: float(amount) for kind, amount in action.demand.items() if float(amount) > 0}
     asked = ", ".join(f"{amount:g} {kind}" for kind, amount in sorted(demand.items()))
-
-    def fits(room: dict[str, float]) -> bool:
-        return all(
-            amount <= float(room.get(kind, 0.0)) + EPSILON for kind, amount in demand.items()
-        )
-
     offering = [
         (node_id, capacity) for node_id, capacity, executors in nodes if action.type in executors
     ]
     if not offering:
         return f"no online node runs {action.type}"
-    if not any(fits(capacity) for _, capacity in offering):
+    if not any(_fits(demand, capacity) for _, capacity in offering):
         return f"no online node running {action.type} is large enough for {asked}"
+    tenant_used = placed.by_tenant.get(action.tenant_id, {})
     for kind, amount in sorted(demand.items()):
         limit = limits.get(kind)
         held = tenant_used.get(kind, 0.0)
@@ -318,14 +308,7 @@ def _waiting_reason(
                 f"its tenant is at its {kind} limit: it holds {held:g} of {limit:g}, "
                 f"and this asks {amount:g} more"
             )
-    free = [
-        {
-            kind: float(amount) - used_by_node.get(node_id, {}).get(kind, 0.0)
-            for kind, amount in capacity.items()
-        }
-        for node_id, capacity in offering
-    ]
-    if not any(fits(room) for room in free):
+    if not any(_fits(demand, placed.free_on(node_id, capacity)) for node_id, capacity in offering):
         return (
             f"no room now: none of the {len(offering)} online node(s) running {action.type} "
             f"has {asked} free; it starts as placed actions finish"
