@@ -215,12 +215,8 @@ class Pool:
                     total_free[kind] = total_free.get(kind, 0.0) - amount
             if gpu_free and running.node in gpu_free and allocation.get("gpu", 0.0) > 0:
                 take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
-        total = self.total
-        for tenant, usage in usages.items():
-            self.shares[tenant] = max(
-                (used / total[kind] for kind, used in usage.items() if total.get(kind, 0.0) > 0),
-                default=0.0,
-            )
+        for tenant in usages:
+            self.refresh_share(tenant)
 
     # -- accounting -------------------------------------------------------
 
@@ -290,6 +286,18 @@ class Pool:
                     take_gpus(groups, gpus, int(round(gpu)))
         if share > self.shares.get(tenant, 0.0):
             self.shares[tenant] = share
+
+    def refresh_share(self, tenant: str) -> None:
+        """Work ``tenant``'s dominant share out anew: ``charge`` only ever raises it."""
+        total = self.total
+        self.shares[tenant] = max(
+            (
+                used / total[kind]
+                for kind, used in self.usage.get(tenant, _NO_USAGE).items()
+                if total.get(kind, 0.0) > 0
+            ),
+            default=0.0,
+        )
 
     def guarantee_caps(self, tenant: str, demand: Resources) -> Caps | None:
         """What ``tenant``'s guarantee bounds of ``demand``; None: it never is within it."""

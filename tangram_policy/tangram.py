@@ -27,6 +27,12 @@ One round, from a snapshot, in four passes:
    for kinds nobody is waiting on, keeping a headroom, and only while each
    unit cuts enough of the action's time for the current load (EARL's rule:
    ``min_gain x load / (1 - load)``).
+5. **Taking units back.** Units are not fixed at placement: when actions of a
+   kind that running actions can give back (cores) find no room, the round
+   lends them the units running elastic actions hold above their minimum,
+   places again, and takes back (``Decision.shrinks``) only the units it
+   placed on. An elastic action grows while the pool is idle and returns to
+   its minimum when others wait.
 """
 
 from __future__ import annotations
@@ -40,11 +46,14 @@ from dataclasses import dataclass, fields
 from tangram_policy.estimate import duration_at, expected_duration, type_priors
 from tangram_policy.pool import _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
+    EPSILON,
     Decision,
     Elasticity,
     PendingAction,
     Placement,
     Resources,
+    Shrink,
+    Shrinkable,
     Snapshot,
 )
 
@@ -102,6 +111,7 @@ class TangramConfig:
     topology: bool = True
     elastic: bool = True
     batching: bool = True
+    shrinking: bool = True
     #: Seconds of ordering key an action gains per second it waits.
     aging_rate: float = 0.5
     #: An action that has waited this long reserves its kind when it does not fit.
@@ -273,14 +283,13 @@ class TangramPolicy:
         config = self.config
         pool = Pool(snapshot, topology=config.topology)
         round_ = _Round(pool, config, snapshot.now)
-        borrowers = round_.serve_guarantees(self._classes(snapshot, pool))
-        if config.fair_share:
-            round_.borrow_fairly(borrowers)
-        else:
-            round_.borrow_in_order(borrowers)
+        classes = self._classes(snapshot, pool)
+        round_.place(classes)
+        if config.shrinking and snapshot.shrinkable:
+            round_.take_back(snapshot.shrinkable, classes)
         if config.elastic:
             round_.expand()
-        return Decision(placements=tuple(round_.placements()))
+        return Decision(placements=tuple(round_.placements()), shrinks=tuple(round_.shrinks))
 
     def _classes(self, snapshot: Snapshot, pool: Pool) -> list[_Class]:
         config = self.config
@@ -409,6 +418,7 @@ class _Round:
         #: Kinds some action found no room of: extra elastic units leave them.
         self.contended: set[str] = set()
         self.elastic = config.elastic  # read once per placement
+        self.shrinks: list[Shrink] = []
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
         reserved_all = self.reserved_all
@@ -490,6 +500,99 @@ class _Round:
         affinity = action.affinity
         cold = bool(affinity) and not affinity <= self.pool.nodes[node_id].warm
         return action.setup_s if cold else 0.0
+
+    def place(self, classes: list[_Class]) -> None:
+        """Guarantees first, then borrowers (fairly, or in key order for the ablation)."""
+        borrowers = self.serve_guarantees(classes)
+        if self.config.fair_share:
+            self.borrow_fairly(borrowers)
+        else:
+            self.borrow_in_order(borrowers)
+
+    def take_back(self, shrinkable: tuple[Shrinkable, ...], classes: list[_Class]) -> None:
+        """Units running elastic actions hold above their minimum, for actions that wait.
+
+        The extra units of every such action of a kind some unplaced action
+        asks for are lent to the pool (and its tenant's quota), the rest of
+        the queue is placed again (room only grew, so what was skipped is
+        tried anew), and on each node
+        only as many whole units as the new placements took are taken back,
+        from the actions holding the most extra units first, and as many more
+        as keep a tenant that placed more within its limit (its placements
+        elsewhere may have used its lent quota). The rest is charged again.
+        """
+        pool = self.pool
+        #: Kinds unplaced actions ask for: they found no room, or their tenant's
+        #: quota full (which the units of its own elastic actions may fill).
+        waiting = {
+            kind for cls in classes if cls.position < len(cls.entries) for kind, _ in cls.needs
+        }
+        lent: dict[tuple[str, str], list[Shrinkable]] = {}
+        for held in shrinkable:
+            if (
+                held.units > held.min_units
+                and held.unit_kind in waiting
+                and held.node in pool.free
+                and held.unit > 0
+            ):
+                lent.setdefault((held.node, held.unit_kind), []).append(held)
+        if not lent:
+            return
+        extra: dict[tuple[str, str], float] = {}
+        for (node_id, kind), held_there in lent.items():
+            for held in held_there:
+                amount = (held.units - held.min_units) * held.unit
+                pool.charge(held.tenant, node_id, pool.plan({kind: -amount}))
+                extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + amount
+        lenders = {
+            (held.tenant, held.unit_kind) for held_there in lent.values() for held in held_there
+        }
+        for tenant, _ in lenders:
+            pool.refresh_share(tenant)
+        lent_usage = {
+            (tenant, kind): pool.usage.get(tenant, _NO_USAGE).get(kind, 0.0)
+            for tenant, kind in lenders
+        }
+        self.no_room.clear()
+        self.contended.clear()
+        self.reserved_all.clear()
+        self.reserved_from_borrowers.clear()
+        self.place([cls for cls in classes if cls.position < len(cls.entries)])
+        for (node_id, kind), held_there in lent.items():
+            taken = extra[(node_id, kind)] - min(
+                extra[(node_id, kind)], max(pool.free[node_id].get(kind, 0.0), 0.0)
+            )
+            units = {held.action_id: held.units for held in held_there}
+            while taken > EPSILON:
+                # One unit from the action with the most extra units (then the first listed).
+                held = max(held_there, key=lambda h: units[h.action_id] - h.min_units)
+                if units[held.action_id] <= held.min_units:
+                    break
+                units[held.action_id] -= 1
+                taken -= held.unit
+            for held in held_there:
+                # The tenant's placements elsewhere may have used its lent quota.
+                quota = pool.quotas.get(held.tenant)
+                usage = pool.usage.get(held.tenant, _NO_USAGE).get(kind, 0.0)
+                if (
+                    quota is not None
+                    and kind in quota.limit
+                    and usage > lent_usage[(held.tenant, kind)] + EPSILON
+                ):
+                    room = quota.limit[kind] - usage
+                    fits = held.min_units + int(max(room, 0.0) / held.unit + EPSILON)
+                    units[held.action_id] = min(units[held.action_id], fits)
+                kept = units[held.action_id]
+                if kept > held.min_units:
+                    pool.charge(
+                        held.tenant,
+                        node_id,
+                        pool.plan({kind: (kept - held.min_units) * held.unit}),
+                    )
+                if kept < held.units:
+                    allocation = dict(held.allocation)
+                    allocation[kind] = kept * held.unit
+                    self.shrinks.append(Shrink(held.action_id, node_id, allocation, kept))
 
     def serve_guarantees(self, classes: list[_Class]) -> dict[str, list[_Class]]:
         """Place, in key order, every entry within its tenant's guarantee.

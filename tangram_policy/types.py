@@ -71,6 +71,32 @@ class RunningAction:
     gpus: tuple[str, ...] = ()
 
 
+#: Unit kinds a running action can give back while it runs: a cgroup's CPU
+#: quota can be lowered at any time, memory and devices cannot.
+SHRINKABLE_KINDS = frozenset({"cpu"})
+
+
+@dataclass(frozen=True, slots=True)
+class Shrinkable:
+    """A running elastic action holding units above its minimum, of a kind it can give back.
+
+    It is also in ``Snapshot.running`` (or its tenant's usage): this only says
+    what may be taken back, ``allocation[unit_kind] / units`` per unit, down to ``min_units``.
+    """
+
+    action_id: str
+    tenant: str
+    node: str
+    allocation: Resources
+    units: int
+    min_units: int
+    unit_kind: str = "cpu"
+
+    @property
+    def unit(self) -> float:
+        return self.allocation.get(self.unit_kind, 0.0) / self.units
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A node offers ``type`` if ``type`` is in ``executors``."""
@@ -145,6 +171,9 @@ class Snapshot:
     #: on a node absent from ``nodes`` then count for tenant usage only.
     #: ``None``: the pool is ``nodes`` as given.
     capacity: Resources | None = None
+    #: Running actions whose extra units a round may take back for actions
+    #: that wait; a policy may ignore them. Their nodes are in ``nodes``.
+    shrinkable: tuple[Shrinkable, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +191,21 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Shrink:
+    """Take units back from a running action (a ``Snapshot.shrinkable`` one)."""
+
+    action_id: str
+    node_id: str
+    #: What the action holds from now on, and its units.
+    allocation: Resources
+    units: int
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     placements: tuple[Placement, ...] = ()
+    #: Applied before the placements, whose room they free.
+    shrinks: tuple[Shrink, ...] = ()
 
 
 class Policy(Protocol):

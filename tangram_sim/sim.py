@@ -14,7 +14,9 @@ task-bound work on per-task shares).
 
 The policy is called only when something changed (a submit or a finish), at
 most once per ``round_interval_s``, with the nodes that have room and offer a
-pending type, their free room as capacity, and per-tenant usage.
+pending type, their free room as capacity, and per-tenant usage; and the
+running actions holding cores above their minimum (with their nodes), which
+it may shrink: the rest of such a run goes at the speed of its new units.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tangram_policy.pool import gpu_group_size, take_gpus
 from tangram_policy.registry import get_policy
 from tangram_policy.types import (
     EPSILON,
+    SHRINKABLE_KINDS,
     DurationStat,
     Elasticity,
     Node,
@@ -39,6 +42,8 @@ from tangram_policy.types import (
     Placement,
     Policy,
     RunningAction,
+    Shrink,
+    Shrinkable,
     Snapshot,
 )
 from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
@@ -154,6 +159,8 @@ class _Action:
         "allocation",
         "gpus",
         "run_s",
+        "run_from",
+        "finish_at",
         "pending",
         "is_lease",
     )
@@ -181,6 +188,9 @@ class _Action:
         self.allocation: dict[str, float] = {}
         self.gpus: tuple[str, ...] = ()
         self.run_s = 0.0
+        #: When its run begins (after setup) and ends: a shrink moves the end.
+        self.run_from = 0.0
+        self.finish_at = 0.0
         self.pending: PendingAction | None = None
         self.is_lease = False
 
@@ -326,6 +336,8 @@ class Simulation:
             for executor in node.executors:
                 self._groups_of_type.setdefault(executor, set()).add(node.group)
         self._makespan = 0.0
+        #: Running single actions holding more units than their minimum, of a shrinkable kind.
+        self._grown: dict[str, _Action] = {}
         self._runs: list[_TaskRun] = []
         #: Replays only: each arrival's trajectory, and the arrivals waiting on an action id.
         self._trajectory_of: dict[str, str] = {}
@@ -413,7 +425,8 @@ class Simulation:
                 break
             self.now = at
             if kind == _FINISH:
-                self._finish(payload)
+                if payload.finish_at == at:  # else a shrink moved it
+                    self._finish(payload)
             elif kind == _THINK_DONE:
                 self._think_done(payload)
             elif kind == _SUBMIT:
@@ -530,7 +543,8 @@ class Simulation:
             action.node = lease.node
             action.started = self.now
             action.run_s = action.base_s
-            self._push(self.now + action.base_s, _FINISH, action)
+            action.finish_at = self.now + action.base_s
+            self._push(action.finish_at, _FINISH, action)
             return
         self._enqueue(action)
 
@@ -563,6 +577,26 @@ class Simulation:
             chosen = self._candidates(types)
         else:
             chosen = [self.nodes[node_id] for node_id in self._room]
+        shrinkable = tuple(
+            Shrinkable(
+                a.id,
+                a.tenant,
+                a.node.id,
+                a.allocation,
+                a.units,
+                a.type.elasticity.min_units,
+                a.type.elasticity.unit_kind,
+            )
+            for a in self._grown.values()
+            if a.node is not None
+        )
+        if shrinkable:
+            listed = {node.id for node in chosen}
+            chosen += [
+                self.nodes[node_id]
+                for node_id in dict.fromkeys(held.node for held in shrinkable)
+                if node_id not in listed
+            ]
         chosen.sort(key=lambda n: n.order)
         nodes = tuple(node.node_view() for node in chosen if not types.isdisjoint(node.executors))
         if not nodes:
@@ -579,8 +613,11 @@ class Simulation:
             running=running,
             duration_stats=self.stats,
             capacity=self.capacity,
+            shrinkable=shrinkable,
         )
         decision = self.policy.decide(snapshot)
+        for shrink in decision.shrinks:
+            self._shrink(shrink)
         batches: dict[str, list[tuple[_Action, Placement]]] = {}
         for placement in decision.placements:
             action = self.pending.pop(placement.action_id, None)
@@ -707,7 +744,56 @@ class Simulation:
                 trajectory.wait_s = now + setup + start - action.submitted
                 self._push(now + setup + start, _LEASE_READY, trajectory)
             else:
-                self._push(now + setup + start + run_s, _FINISH, action)
+                action.run_from = now + setup + start
+                action.finish_at = action.run_from + run_s
+                self._push(action.finish_at, _FINISH, action)
+                elasticity = action.type.elasticity
+                if (
+                    len(members) == 1
+                    and action.units > elasticity.min_units
+                    and elasticity.unit_kind in SHRINKABLE_KINDS
+                ):
+                    self._grown[action.id] = action
+
+    def _shrink(self, shrink: Shrink) -> None:
+        """Take units back from a running action: it holds less and runs the rest slower."""
+        action = self._grown.get(shrink.action_id)
+        elasticity = action.type.elasticity if action is not None else None
+        if action is None or action.node is None or elasticity is None:
+            raise PolicyError(f"{self.policy_name}: shrinks {shrink.action_id}, not shrinkable")
+        kind = elasticity.unit_kind
+        unit = action.allocation[kind] / action.units
+        expected = {**action.allocation, kind: unit * shrink.units}
+        if (
+            shrink.node_id != action.node.id
+            or not elasticity.min_units <= shrink.units < action.units
+            or set(shrink.allocation) != set(expected)
+            or any(abs(shrink.allocation[k] - v) > 1e-6 for k, v in expected.items())
+        ):
+            raise PolicyError(
+                f"{self.policy_name}: shrinks {action.id} to {shrink.units} units "
+                f"{dict(shrink.allocation)}; it holds {action.units} units {action.allocation}"
+            )
+        now = self.now
+        node = action.node
+        released = action.allocation[kind] - expected[kind]
+        node.free[kind] = node.free.get(kind, 0.0) + released
+        usage = self.usage[action.tenant]
+        usage[kind] = usage.get(kind, 0.0) - released
+        self.busy[kind] = self.busy.get(kind, 0.0) + released * (now - action.started)
+        action.allocation = expected
+        # The part of the run not yet done, at the new units' speed.
+        span = action.finish_at - action.run_from
+        left = 1.0 if now <= action.run_from or span <= 0 else (action.finish_at - now) / span
+        action.units = shrink.units
+        action.run_s = action.base_s / speedup(elasticity, shrink.units)
+        action.finish_at = max(now, action.run_from) + left * action.run_s
+        self._push(action.finish_at, _FINISH, action)
+        if shrink.units == elasticity.min_units:
+            del self._grown[action.id]
+        node.view = None
+        self._room.add(node.id)
+        self._partial.add(node.id)
 
     def _hold(self, action: _Action, node: _Node, placement: Placement) -> None:
         for kind, amount in placement.allocation.items():
@@ -769,6 +855,7 @@ class Simulation:
 
     def _finish(self, action: _Action) -> None:
         action.finished = self.now
+        self._grown.pop(action.id, None)
         self._makespan = max(self._makespan, self.now)
         in_lease = action.allocation == {} and not action.is_lease
         if not in_lease:

@@ -10,6 +10,7 @@ from tangram_policy.types import (
     Node,
     PendingAction,
     RunningAction,
+    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -91,6 +92,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     node_list = [draw(nodes(i)) for i in range(draw(st.integers(1, 6)))]
     pending = [draw(pending_actions(i)) for i in range(draw(st.integers(0, 40)))]
     running: list[RunningAction] = []
+    shrinkable: list[Shrinkable] = []
     cores: dict[str, float] = {}
     free_gpus = {node.id: [g for group in node.gpu_groups for g in group] for node in node_list}
     for i in range(draw(st.integers(0, 6))):
@@ -110,10 +112,11 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 free_gpus[node.id] = [g for g in free_gpus[node.id] if g not in held]
             else:  # unknown ids are taken as filling the groups in order
                 free_gpus[node.id] = free_gpus[node.id][count:]
+        tenant = draw(st.sampled_from(TENANTS))
         running.append(
             RunningAction(
                 f"r{i}",
-                draw(st.sampled_from(TENANTS)),
+                tenant,
                 draw(st.sampled_from(sorted(node.executors))),
                 node.id,
                 allocation,
@@ -121,6 +124,9 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 gpus=held,
             )
         )
+        if cpu >= 2 and draw(st.booleans()):  # an elastic action grown to one unit per core
+            minimum = draw(st.integers(1, int(cpu) - 1))
+            shrinkable.append(Shrinkable(f"r{i}", tenant, node.id, allocation, int(cpu), minimum))
     stats = {
         (tenant, kind): DurationStat(draw(st.integers(1, 50)), draw(st.floats(0.5, 60.0)))
         for tenant in TENANTS
@@ -134,4 +140,5 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         pending=tuple(pending),
         running=tuple(running),
         duration_stats=stats,
+        shrinkable=tuple(shrinkable),
     )

@@ -34,6 +34,15 @@ def _check_decision(snapshot: Snapshot, name: str) -> None:
             node_used[kind] = node_used.get(kind, 0.0) + amount
             tenant = usage.setdefault(running.tenant, {})
             tenant[kind] = tenant.get(kind, 0.0) + amount
+    shrinkable = {held.action_id: held for held in snapshot.shrinkable}
+    for shrink in decision.shrinks:
+        held = shrinkable.pop(shrink.action_id)  # a shrinkable action, shrunk once
+        assert shrink.node_id == held.node
+        assert held.min_units <= shrink.units < held.units, "not a shrink to a legal size"
+        assert shrink.allocation == {**held.allocation, "cpu": held.unit * shrink.units}
+        given_back = held.allocation["cpu"] - shrink.allocation["cpu"]
+        used[held.node]["cpu"] -= given_back
+        usage[held.tenant]["cpu"] -= given_back
     before = {tenant: dict(u) for tenant, u in usage.items()}
     seen: set[str] = set()
     gpus_taken: dict[str, set[str]] = {}
@@ -82,6 +91,12 @@ def _check_decision(snapshot: Snapshot, name: str) -> None:
                 assert tenant_usage[kind] <= limit + 1e-6, f"{tenant} over its {kind} limit"
     for node_ids in batches.values():
         assert len(set(node_ids)) == 1, "a batch split across nodes"
+    placed_on = {placement.node_id for placement in decision.placements}
+    placed_for = {pending[placement.action_id].tenant for placement in decision.placements}
+    for shrink in decision.shrinks:
+        held = next(h for h in snapshot.shrinkable if h.action_id == shrink.action_id)
+        # Its units make room on its node, or quota for its tenant.
+        assert shrink.node_id in placed_on or held.tenant in placed_for, "taken back for nothing"
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))

@@ -12,11 +12,14 @@ from tangram_policy.pool import partial_view
 from tangram_policy.registry import get_policy
 from tangram_policy.tangram import TangramConfig, TangramPolicy
 from tangram_policy.types import (
+    Decision,
     DurationStat,
     Elasticity,
     Node,
     PendingAction,
     RunningAction,
+    Shrink,
+    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -167,6 +170,55 @@ def test_elastic_actions_spread_on_an_idle_pool_and_stay_minimal_when_others_wai
     decision = get_policy("tangram").decide(_snapshot([node], crowd))
     units = {p.action_id: p.units for p in decision.placements}
     assert units["e"] == 1  # some actions still wait for cores: no extra units
+
+
+def _grown(units: int, tenant: str = "t", node: str = "n") -> tuple[RunningAction, Shrinkable]:
+    """A running elastic action of one core per unit, grown from 1 to ``units``."""
+    allocation = {"cpu": float(units), "memory": 1024.0}
+    return (
+        RunningAction("e", tenant, "python", node, allocation, 0.0),
+        Shrinkable("e", tenant, node, allocation, units, 1),
+    )
+
+
+def test_a_grown_elastic_action_gives_back_only_the_units_waiting_actions_take() -> None:
+    running, held = _grown(7)
+    node = Node("n", {"cpu": 8.0, "memory": 4096.0}, CPU)
+    waiting = [_action(f"w{i}", duration_hint_s=5.0) for i in range(3)]
+    snapshot = replace(_snapshot([node], waiting, [running]), shrinkable=(held,))
+    decision = get_policy("tangram").decide(snapshot)
+    # One core was free; two more come back from the elastic action.
+    assert decision.shrinks == (Shrink("e", "n", {"cpu": 5.0, "memory": 1024.0}, 5),)
+    assert sorted(p.action_id for p in decision.placements) == ["w0", "w1", "w2"]
+    held_on = get_policy("tangram-no-shrinking").decide(snapshot)
+    assert not held_on.shrinks and [p.action_id for p in held_on.placements] == ["w0"]
+    # Nothing waits: nothing comes back.
+    idle = replace(snapshot, pending=(waiting[0],))
+    assert not get_policy("tangram").decide(idle).shrinks
+
+
+def test_units_come_back_for_the_tenant_whose_quota_they_fill() -> None:
+    """Its own elastic action has filled the tenant's limit: the units come back to it."""
+    running, held = _grown(4)
+    quotas = {"t": TenantQuota("t", {"cpu": 4.0}, {"cpu": 4.0})}
+    node = Node("n", {"cpu": 32.0, "memory": 4096.0}, CPU)
+    waiting = [_action("w", duration_hint_s=5.0)]
+    snapshot = replace(_snapshot([node], waiting, [running], quotas), shrinkable=(held,))
+    decision = get_policy("tangram").decide(snapshot)
+    assert [s.units for s in decision.shrinks] == [3]
+    assert [p.action_id for p in decision.placements] == ["w"]
+    # Another tenant's limit is its own: nothing to take back for it.
+    other = replace(snapshot, quotas={**quotas, "u": TenantQuota("u", {}, {"cpu": 0.0})})
+    other = replace(other, pending=(_action("w", tenant="u", duration_hint_s=5.0),))
+    assert get_policy("tangram").decide(other) == Decision()
+
+
+def test_nothing_comes_back_for_an_action_that_would_still_not_fit() -> None:
+    running, held = _grown(8)
+    node = Node("n", {"cpu": 8.0, "memory": 2048.0}, CPU)
+    hungry = [_action("w", demand={"cpu": 1.0, "memory": 4096.0}, duration_hint_s=5.0)]
+    snapshot = replace(_snapshot([node], hungry, [running]), shrinkable=(held,))
+    assert get_policy("tangram").decide(snapshot) == Decision()
 
 
 def test_an_elastic_action_goes_where_it_can_grow_and_a_rigid_one_fits_best() -> None:

@@ -102,6 +102,39 @@ def test_tangram_gives_an_idle_pool_to_an_elastic_action() -> None:
     assert simulate(workload, "static").acts == [8.0]
 
 
+def test_a_grown_elastic_action_gives_units_back_and_runs_the_rest_slower() -> None:
+    raw = _workload()
+    raw["pool"][0]["capacity"] = {"cpu": 4}
+    elastic, rigid = raw["tasks"][0], dict(raw["tasks"][0])
+    elastic.update(turns=1, think_s=0)
+    elastic["actions"] = [
+        {
+            "type": "shard",
+            "executor": "sandbox",
+            "demand": {"cpu": 1},
+            "duration_s": 100,
+            "elasticity": {"min_units": 1, "max_units": 4, "parallel_fraction": 1.0},
+        }
+    ]
+    rigid.update(name="r", turns=1, think_s=10)
+    rigid["actions"] = [
+        {"type": "run", "executor": "sandbox", "demand": {"cpu": 2}, "duration_s": 5}
+    ]
+    raw["tasks"] = [elastic, rigid]
+    workload = workload_from_dict(raw)
+    # The shard gets 3 of 4 cores on the idle pool (the headroom keeps 0.4 free): 100/3 s.
+    # At 10 s the 2-core run waits; one core comes back: 30% done, the other 70%
+    # at 2 units takes 35 s (done at 45), and the run goes at once (10..15).
+    result = simulate(workload, "tangram", keep_records=True)
+    assert result.acts == pytest.approx([5.0, 45.0])
+    assert {r.type: r.units for r in result.records} == {"t.shard": 2, "r.run": 1}
+    # Cores held: 3 for 10 s, then 2 for 35 s, and 2 for the run's 5 s.
+    assert result.busy["cpu"] == pytest.approx(3 * 10 + 2 * 35 + 2 * 5)
+    # Without it the run waits for the shard's 3 cores.
+    held = simulate(workload, "tangram-no-shrinking")
+    assert held.acts == pytest.approx([100 / 3, 100 / 3 + 5 - 10])
+
+
 def _reward_workload(marginal: float) -> Mapping[str, Any]:
     return _workload(
         pool=[{"name": "gpu", "count": 1, "capacity": {"gpu": 1}, "executors": ["rm"]}],
