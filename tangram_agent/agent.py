@@ -20,6 +20,7 @@ import random
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -27,7 +28,14 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from tangram_agent.batches import Gathering
 from tangram_agent.config import AgentConfig
-from tangram_agent.executors import BatchExecutor, Executor, Outcome, Sandbox, build_executors
+from tangram_agent.executors import (
+    BatchExecutor,
+    Executor,
+    Outcome,
+    Sandbox,
+    ShrinkableExecutor,
+    build_executors,
+)
 from tangram_agent.protocol import (
     PROTOCOL_VERSION,
     ActionRef,
@@ -35,6 +43,7 @@ from tangram_agent.protocol import (
     Heartbeat,
     Register,
     Result,
+    Shrink,
     Started,
     whole_batch,
 )
@@ -52,6 +61,14 @@ class AgentRejected(Exception):
     """The server refused this agent (bad token, protocol mismatch ...)."""
 
 
+@dataclass
+class _Run:
+    task: asyncio.Task[None]
+    #: What the run runs with: a shrink lowers its allocation in place, so a run
+    #: not launched yet starts with the lowered one.
+    assignment: Assignment
+
+
 class Agent:
     def __init__(
         self, config: AgentConfig, *, executors: Mapping[str, Executor] | None = None
@@ -60,7 +77,7 @@ class Agent:
         self._executors: dict[str, Executor] = dict(executors) if executors is not None else {}
         self._build_executors = executors is None
         self._sandbox: Sandbox | None = None
-        self._runs: dict[RunKey, asyncio.Task[None]] = {}
+        self._runs: dict[RunKey, _Run] = {}
         #: Runs killed by a forced shutdown: they get no result, the lease re-queues them.
         self._abandoned: set[RunKey] = set()
         self._unacked: dict[RunKey, Result] = {}
@@ -122,8 +139,8 @@ class Agent:
             connection.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await connection
-            for task in self._runs.values():
-                task.cancel()
+            for run in self._runs.values():
+                run.task.cancel()
             if self._sandbox is not None:
                 self._sandbox.close()
             self.registered.clear()
@@ -136,7 +153,7 @@ class Agent:
             self._stop_event.set()
 
     async def _drain(self) -> None:
-        runs = list(self._runs.values())
+        runs = [run.task for run in self._runs.values()]
         if runs:
             log.info(
                 "stopping: waiting up to %gs for %d running action(s)",
@@ -149,9 +166,9 @@ class Agent:
                     "stopping: killing %d action(s) still running; the server re-queues them",
                     len(pending),
                 )
-                for key, task in list(self._runs.items()):
+                for key, run in list(self._runs.items()):
                     self._abandoned.add(key)
-                    task.cancel()
+                    run.task.cancel()
                 await asyncio.wait(pending, timeout=10)
         if self._unacked:
             assert self._flushed is not None
@@ -270,6 +287,8 @@ class Agent:
             self._unacked.pop((str(message["action"]), int(message["attempt"])), None)
             if not self._unacked and self._flushed is not None:
                 self._flushed.set()
+        elif kind == "shrink":
+            self._on_shrink(cast(Shrink, message))
         elif kind == "error":
             log.error("server error: %s", message.get("message"))
         else:
@@ -286,15 +305,35 @@ class Agent:
             log.warning("stopping: not starting %s attempt %d", *key)
             return
         log.info("assigned %s attempt %d (%s)", key[0], key[1], assignment["type"])
-        self._runs[key] = asyncio.create_task(self._run_action(key, assignment))
+        task = asyncio.create_task(self._run_action(key, assignment))
+        self._runs[key] = _Run(task, assignment)
 
     def _on_cancel(self, key: RunKey) -> None:
-        task = self._runs.get(key)
+        run = self._runs.get(key)
         # Only runs in flight: a finished run keeps its result, and a run never
         # held needs no answer (the server decides its state itself).
-        if task is not None:
+        if run is not None:
             log.info("cancelling %s attempt %d", *key)
-            task.cancel()
+            run.task.cancel()
+
+    def _on_shrink(self, shrink: Shrink) -> None:
+        """Hold a run to the fewer cores the server left it; the server already counts them free."""
+        key = (str(shrink["action"]), int(shrink["attempt"]))
+        cpus = float(shrink["allocation"]["cpu"])
+        run = self._runs.get(key)
+        if run is None:  # finished already, or an attempt this agent never held
+            log.debug("ignoring shrink of %s attempt %d: not running here", *key)
+            return
+        held = float(run.assignment["allocation"].get("cpu", 0))
+        if not 0 < cpus < held:
+            log.debug("ignoring shrink of %s attempt %d to cpu %g from %g", *key, cpus, held)
+            return
+        log.info("shrinking %s attempt %d to cpu %g from %g", *key, cpus, held)
+        run.assignment["allocation"] = {**shrink["allocation"]}
+        run.assignment["units"] = int(shrink["units"])
+        executor = self._executors.get(run.assignment["type"])
+        if isinstance(executor, ShrinkableExecutor):
+            executor.shrink(run.assignment)
 
     def _send_soon(self, message: Mapping[str, Any]) -> None:
         asyncio.get_running_loop().create_task(self._send(message))

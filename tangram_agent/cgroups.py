@@ -101,6 +101,17 @@ class RunCgroup:
     def pids_limit_hits(self) -> int:
         return self._counter("pids", "pids.events", "max")
 
+    def set_cpus(self, cpus: float) -> None:
+        """Throttle the run to ``cpus`` cores from now on; without a cpu controller, nothing."""
+        d = self.dirs.get("cpu")
+        if d is None:
+            return
+        quota = max(int(cpus * CPU_PERIOD_US), 1000)  # the kernel's minimum is 1 ms
+        if self.version == 1:
+            _write(d / "cpu.cfs_quota_us", str(quota))
+        else:
+            _write(d / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+
     def kill_all(self, deadline_s: float = 5.0) -> bool:
         """SIGKILL every process in the cgroup until it is empty; True if emptied.
 
@@ -225,7 +236,6 @@ class CgroupManager:
             for d in dict.fromkeys(dirs.values()):
                 d.mkdir()
             memory = str(max(int(memory_mib * 1024 * 1024), 4 * 1024 * 1024))
-            quota = max(int(cpus * CPU_PERIOD_US), 1000)
             if self.version == 1:
                 _write(dirs["memory"] / "memory.limit_in_bytes", memory)
                 # Without this, swap would let the run exceed its memory.
@@ -235,15 +245,13 @@ class CgroupManager:
                 _write(dirs["pids"] / "pids.max", str(pids_max))
                 if "cpu" in dirs:
                     _write(dirs["cpu"] / "cpu.cfs_period_us", str(CPU_PERIOD_US))
-                    _write(dirs["cpu"] / "cpu.cfs_quota_us", str(quota))
             else:
                 d = dirs["memory"]
                 _write(d / "memory.max", memory)
                 if (d / "memory.swap.max").exists():
                     _write(d / "memory.swap.max", "0")
                 _write(d / "pids.max", str(pids_max))
-                if "cpu" in dirs:
-                    _write(d / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+            cgroup.set_cpus(cpus)
         except OSError:
             cgroup.remove()
             raise

@@ -28,6 +28,14 @@ Server -> agent
   cancel     {type, action, attempt}
   ack        {type, action, attempt}
   error      {type, message}   (then the server closes the socket)
+  shrink     {type, action, attempt, allocation, units}   (only to agents of protocol >= 3)
+             The server took cores back from a running elastic action:
+             ``allocation`` is its whole allocation from now on (only ``cpu``
+             shrinks; memory and GPUs never do), ``units`` its unit count. The
+             server counts the freed cores as free at once, so the agent lowers
+             the run's CPU limit now, or starts the run with the new allocation if
+             it has not launched yet; a shrink of a run it does not hold, or one
+             that would not lower ``cpu``, it ignores.
 
 An ``Assignment`` carries, from protocol 2, the GPU ids the action holds
 (``gpus``, inside one group) and the batch it belongs to (``batch_id``, null
@@ -46,8 +54,9 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 #: What this agent speaks; 2 added ``gpu_groups`` to ``register``, ``sent_at``
 #: to ``register`` and ``heartbeat``, and ``gpus``/``batch_id``/``batch_size`` to
-#: ``Assignment``.
-PROTOCOL_VERSION = 2
+#: ``Assignment``; 3 added the ``shrink`` message, which the server sends only to
+#: agents that registered with protocol >= 3.
+PROTOCOL_VERSION = 3
 #: The oldest agent protocol the server still accepts.
 MIN_PROTOCOL_VERSION = 1
 
@@ -146,6 +155,15 @@ class Ack(TypedDict):
     type: Literal["ack"]
     action: str
     attempt: int
+
+
+class Shrink(TypedDict):
+    type: Literal["shrink"]
+    action: str
+    attempt: int
+    #: The action's whole allocation from now on: ``cpu`` lower than before.
+    allocation: dict[str, float]
+    units: int
 
 
 def whole_batch(assignment: Assignment) -> Assignment:

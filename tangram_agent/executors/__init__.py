@@ -8,6 +8,7 @@ from tangram_agent.executors.base import (
     Executor,
     Outcome,
     PayloadError,
+    ShrinkableExecutor,
 )
 from tangram_agent.executors.sandbox import Sandbox, SandboxExecutor, SandboxSettings
 from tangram_agent.executors.scorer import ScorerExecutor
@@ -26,6 +27,7 @@ __all__ = [
     "SandboxExecutor",
     "SandboxSettings",
     "ScorerExecutor",
+    "ShrinkableExecutor",
     "SleepExecutor",
     "build_executors",
 ]

@@ -49,6 +49,15 @@ class BatchExecutor(Executor, Protocol):
         ...
 
 
+@runtime_checkable
+class ShrinkableExecutor(Executor, Protocol):
+    """An executor that can hold a launched run to fewer cores when the server shrinks it."""
+
+    def shrink(self, assignment: Assignment) -> None:
+        """Throttle ``assignment``'s run, if launched, to its (just lowered) ``cpu``."""
+        ...
+
+
 class PayloadError(ValueError):
     """A payload that does not match what its executor needs."""
 

@@ -231,6 +231,10 @@ class Sandbox:
             if self.settings.use_cgroups
             else None
         )
+        if self._cgroups is None or "cpu" not in self._cgroups.parents:
+            log.debug("no cpu cgroup controller: a shrink cannot throttle a running sandbox")
+        #: The cgroup of each launched run by (action, attempt): where a shrink lands.
+        self._run_cgroups: dict[tuple[str, int], RunCgroup] = {}
         self._bwrap_modern = self._probe_bwrap()
         self.isolation = self._describe()
         for warning in self.isolation.warnings:
@@ -429,6 +433,20 @@ class Sandbox:
 
     # -- running ----------------------------------------------------------------
 
+    def shrink(self, assignment: Assignment) -> None:
+        """Throttle ``assignment``'s run to its allocation's (just lowered) ``cpu``.
+
+        A run without its cgroup yet reads the lowered allocation when it creates it.
+        """
+        cgroup = self._run_cgroups.get((str(assignment["id"]), int(assignment["attempt"])))
+        if cgroup is None:
+            return
+        cpus = float(assignment["allocation"]["cpu"])
+        try:
+            cgroup.set_cpus(cpus)
+        except OSError as exc:
+            log.warning("could not throttle %s to %g cores: %s", assignment["id"], cpus, exc)
+
     async def run(
         self, assignment: Assignment, language: Language, *, stdout_cap: int | None = None
     ) -> Outcome:
@@ -554,11 +572,16 @@ class Sandbox:
                 cgroup=cgroup,
                 cwd=str(work),
             )
+        # No await since the allocation was read: a shrink lands in it or in the cgroup.
+        key = (str(assignment["id"]), int(assignment["attempt"]))
+        if cgroup is not None:
+            self._run_cgroups[key] = cgroup
         try:
             return await self._execute(
                 spec, payload, cgroup, timeout, memory_mib, cpu_s, stdout_cap
             )
         finally:
+            self._run_cgroups.pop(key, None)
             await asyncio.to_thread(self._cleanup, run_dir, cgroup)
 
     async def _execute(
@@ -696,3 +719,6 @@ class SandboxExecutor:
 
     async def execute(self, assignment: Assignment) -> Outcome:
         return await self.sandbox.run(assignment, self.language)
+
+    def shrink(self, assignment: Assignment) -> None:
+        self.sandbox.shrink(assignment)

@@ -1,0 +1,191 @@
+"""``shrink``: the server takes cores back from a running elastic action.
+
+Against a real sandbox: the run's cgroup, as the host's kernel holds it, is
+what proves a shrink landed (or did not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tangram_agent.cgroups import CGROUP_ROOT
+from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExecutor
+from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
+from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment
+
+#: Runs long enough to be shrunk while it runs.
+NAPPER = "import time; time.sleep(4); print('done')"
+
+
+def shrink(action: str, cpu: float, *, attempt: int = 1, units: int = 1) -> dict[str, Any]:
+    return {
+        "type": "shrink",
+        "action": action,
+        "attempt": attempt,
+        "allocation": {"cpu": cpu, "memory": 256},
+        "units": units,
+    }
+
+
+def needs_cpu_controller(sandbox: Sandbox) -> None:
+    controllers = (sandbox.isolation.cgroups or ":").split(":")[1].split(",")
+    if "cpu" not in controllers:
+        pytest.skip("no cpu cgroup controller on this host: nothing throttles a sandbox's cores")
+
+
+def cores_of(pid: int) -> float | None:
+    """The cores the cgroup of ``pid`` may use (None: unlimited), read from the host."""
+    lines = [line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    for _, controllers, path in lines:
+        if "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
+            d = CGROUP_ROOT / "cpu" / path.lstrip("/")
+            quota = int((d / "cpu.cfs_quota_us").read_text())
+            return None if quota < 0 else quota / int((d / "cpu.cfs_period_us").read_text())
+    unified = (CGROUP_ROOT / "cgroup.controllers").exists()
+    mount = CGROUP_ROOT if unified else CGROUP_ROOT / "unified"
+    path = next(path for _, controllers, path in lines if controllers == "")
+    quota, period = (mount / path.lstrip("/") / "cpu.max").read_text().split()
+    return None if quota == "max" else int(quota) / int(period)
+
+
+async def sandboxed_pid(sandbox: Sandbox) -> int:
+    """A process of the (one) run in ``sandbox``, once it has launched."""
+    deadline = time.monotonic() + 10
+    while not (pids := sandbox_processes(sandbox, settle_s=0)):
+        assert time.monotonic() < deadline, "the run never launched"
+        await asyncio.sleep(0.05)
+    return pids[0]
+
+
+async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+async def barrier(server: FakeServer, action: str) -> None:
+    """Return once the agent has handled every message sent before: it handles them in order."""
+    await server.send({"type": "assign", "action": sleep_assignment(0, action_id=action)})
+    result = await server.next("result")
+    assert (result["action"], result["state"]) == (action, "succeeded")
+    await server.ack(result)
+
+
+def sandbox_executors(sandbox: Sandbox) -> dict[str, Executor]:
+    return {"sandbox.python": SandboxExecutor(sandbox, "python"), "sleep": SleepExecutor()}
+
+
+@needs_bwrap
+def test_a_shrink_throttles_a_running_sandbox_to_its_new_cores(sandbox: Sandbox) -> None:
+    needs_cpu_controller(sandbox)
+
+    async def scenario() -> None:
+        async with running_agent(executors=sandbox_executors(sandbox)) as (server, _):
+            await server.next("register")
+            assignment = make_assignment(NAPPER, action_id="e1", cpu=4, units=4)
+            await server.send({"type": "assign", "action": assignment})
+            pid = await sandboxed_pid(sandbox)
+            assert cores_of(pid) == 4
+            await server.send(shrink("e1", 1))
+            await until(lambda: cores_of(pid) == 1)
+            result = await server.next("result")
+            assert (result["state"], result["stdout"]) == ("succeeded", "done\n"), result
+            await server.ack(result)
+
+    arun(scenario)
+
+
+@needs_bwrap
+def test_a_run_not_launched_yet_starts_with_the_shrunk_allocation(sandbox: Sandbox) -> None:
+    code = "import os; print(os.environ['TANGRAM_CPUS'], os.environ['TANGRAM_UNITS'])"
+
+    async def scenario() -> None:
+        executors = sandbox_executors(sandbox)
+        async with running_agent(executors=executors, max_concurrency=1) as (server, _):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(1.0)})
+            await server.next("started")
+            # The only slot is taken: e1 waits for it, and is shrunk while it waits.
+            assignment = make_assignment(code, action_id="e1", cpu=4, units=4)
+            await server.send({"type": "assign", "action": assignment})
+            await server.send(shrink("e1", 2, units=2))
+            results = {}
+            for _ in range(2):
+                result = await server.next("result")
+                results[result["action"]] = result
+                await server.ack(result)
+            assert results["e1"]["state"] == "succeeded", results["e1"]
+            assert results["e1"]["stdout"] == "2 2\n"
+            assert results["e1"]["started_at"] >= results["a1"]["finished_at"]
+
+    arun(scenario)
+
+
+@needs_bwrap
+def test_a_shrink_of_a_run_not_held_here_is_ignored(sandbox: Sandbox) -> None:
+    needs_cpu_controller(sandbox)
+
+    async def scenario() -> None:
+        async with running_agent(executors=sandbox_executors(sandbox)) as (server, _):
+            await server.next("register")
+            await barrier(server, "done-already")
+            assignment = make_assignment(NAPPER, action_id="e1", cpu=2, units=2)
+            await server.send({"type": "assign", "action": assignment})
+            pid = await sandboxed_pid(sandbox)
+            await server.send(shrink("ghost", 1))
+            await server.send(shrink("e1", 1, attempt=2))  # an attempt this agent never held
+            await server.send(shrink("done-already", 1))
+            await barrier(server, "after")
+            assert cores_of(pid) == 2
+            result = await server.next("result")
+            assert result["state"] == "succeeded", result
+            await server.ack(result)
+            assert server.connections == 1
+
+    arun(scenario)
+
+
+@needs_bwrap
+def test_a_shrink_that_would_not_lower_cpu_is_ignored(sandbox: Sandbox) -> None:
+    needs_cpu_controller(sandbox)
+
+    async def scenario() -> None:
+        async with running_agent(executors=sandbox_executors(sandbox)) as (server, _):
+            await server.next("register")
+            assignment = make_assignment(NAPPER, action_id="e1", cpu=2, units=2)
+            await server.send({"type": "assign", "action": assignment})
+            pid = await sandboxed_pid(sandbox)
+            await server.send(shrink("e1", 2, units=2))
+            await server.send(shrink("e1", 3, units=3))
+            await barrier(server, "after")
+            assert cores_of(pid) == 2
+            # Ignored, not remembered: a real shrink still lands.
+            await server.send(shrink("e1", 1))
+            await until(lambda: cores_of(pid) == 1)
+            result = await server.next("result")
+            assert result["state"] == "succeeded", result
+            await server.ack(result)
+
+    arun(scenario)
+
+
+def test_a_shrunk_run_of_an_executor_with_nothing_to_throttle_runs_on() -> None:
+    async def scenario() -> None:
+        async with running_agent() as (server, _):
+            await server.next("register")
+            await server.send({"type": "assign", "action": sleep_assignment(0.5, stdout="hi")})
+            await server.next("started")
+            await server.send(shrink("a1", 0.5))
+            result = await server.next("result")
+            assert (result["state"], result["stdout"]) == ("succeeded", "hi")
+            await server.ack(result)
+            assert server.connections == 1
+
+    arun(scenario)
