@@ -41,6 +41,11 @@ def agent_assign(node_id: str, assignments: list[dict[str, Any]]) -> None:
     _send(agent_group(node_id), {"type": "agent.assign", "assignments": assignments})
 
 
+def agent_shrink(node_id: str, shrink: dict[str, Any]) -> None:
+    """``shrink`` is a protocol ``Shrink`` less its type: the consumer adds it."""
+    _send(agent_group(node_id), {"type": "agent.shrink", "shrink": shrink})
+
+
 def agent_cancel(node_id: str, action_id: str, attempt: int) -> None:
     _send(agent_group(node_id), {"type": "agent.cancel", "action": action_id, "attempt": attempt})
 

@@ -167,6 +167,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         for assignment in event["assignments"]:
             await self.send_json({"type": "assign", "action": assignment})
 
+    async def agent_shrink(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "shrink", **event["shrink"]})
+
     async def agent_cancel(self, event: dict[str, Any]) -> None:
         await self.send_json(
             {"type": "cancel", "action": event["action"], "attempt": event["attempt"]}

@@ -22,6 +22,8 @@ class Node(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     #: GPU ids per interconnect group (NVLink island, host bridge); as many as ``capacity["gpu"]``.
     gpu_groups = models.JSONField(default=list, blank=True)
+    #: The protocol its agent registered with: what messages it understands.
+    protocol = models.PositiveSmallIntegerField(default=1)
     registered_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField()
 

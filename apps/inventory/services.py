@@ -124,6 +124,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
             "warm": message.get("warm", []),
             "labels": message.get("labels", {}),
             "gpu_groups": gpu_groups,
+            "protocol": message["protocol"],
             "last_seen_at": now,
         },
     )
@@ -133,6 +134,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
         node.warm = message.get("warm", [])
         node.labels = message.get("labels", {})
         node.gpu_groups = gpu_groups
+        node.protocol = message["protocol"]
         node.state = Node.State.ONLINE
         node.last_seen_at = now
         node.save()

@@ -5,9 +5,11 @@ contract's partial view): only the online nodes that could take some queued
 action now (one of its types, room for its demand), each with that room as
 its capacity and, in its GPU groups, only the ids no placed action holds;
 tenant usage as one entry per tenant; the pool's total capacity. Full nodes
-and the rows of running actions never reach the policy, and when no node
-could take anything the queue itself is not read: a wake-up that cannot place
-anything costs a few small queries.
+and the rows of running actions never reach the policy, except elastic
+actions holding cores above their minimum (``Snapshot.shrinkable``), with
+their nodes where what they could give back would take a queued action. When
+no node could take anything the queue itself is not read: a wake-up that
+cannot place anything costs a few small queries.
 """
 
 from __future__ import annotations
@@ -21,18 +23,20 @@ from django.db.models import F, TextField, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
-from apps.actions.models import Action, ActionDurationStat, ActionState
+from apps.actions.models import PLACED_STATES, Action, ActionDurationStat, ActionState
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
 from tangram_policy.pool import gpu_group_size
 from tangram_policy.types import (
     EPSILON,
+    SHRINKABLE_KINDS,
     DurationStat,
     Elasticity,
     PendingAction,
     Resources,
     RunningAction,
+    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -41,6 +45,8 @@ from tangram_policy.types import Node as PolicyNode
 #: The policy sees at most this many queued actions per round, highest priority and oldest first.
 MAX_PENDING_PER_ROUND = 10_000
 NOT_ELASTIC = Elasticity()
+#: The first agent protocol that takes ``shrink``: older agents' actions keep their units.
+SHRINK_PROTOCOL = 3
 
 
 class _Decoded:
@@ -200,11 +206,54 @@ def _free_gpu_groups(
     return out
 
 
+def _shrinkable(decoded: _Decoded) -> list[Shrinkable]:
+    """Placed single actions holding more units than their minimum, of a kind that
+    shrinks, on online nodes whose agent takes ``shrink``."""
+    rows = (
+        Action.objects.filter(
+            state__in=PLACED_STATES,
+            batch_id="",
+            units__gt=1,
+            node__state=Node.State.ONLINE,
+            node__protocol__gte=SHRINK_PROTOCOL,
+        )
+        .order_by("assigned_at", "id")
+        .annotate(allocation_text=_as_text("allocation"), elasticity_text=_as_text("elasticity"))
+        .values_list("id", "tenant_id", "node_id", "allocation_text", "units", "elasticity_text")
+    )
+    out = []
+    for id_, tenant_id, node_id, allocation, units, elasticity_text in rows:
+        elasticity = decoded.get(
+            "elasticity", elasticity_text, lambda raw: Elasticity(**raw) if raw else NOT_ELASTIC
+        )
+        if elasticity.unit_kind in SHRINKABLE_KINDS and units > elasticity.min_units:
+            out.append(
+                Shrinkable(
+                    str(id_),
+                    str(tenant_id),
+                    str(node_id),
+                    decoded.get("allocation", allocation),
+                    units,
+                    elasticity.min_units,
+                    elasticity.unit_kind,
+                )
+            )
+    return out
+
+
 def scheduling_snapshot() -> Snapshot:
     now = timezone.now()
     decoded = _Decoded()
     placed = placed_usage()
     demands = _queued_demands(decoded)
+    shrinkable = _shrinkable(decoded) if demands else []
+    #: Per node, the room its shrinkable actions could give back.
+    returnable: dict[str, dict[str, float]] = {}
+    for held in shrinkable:
+        extra = returnable.setdefault(held.node, {})
+        extra[held.unit_kind] = extra.get(held.unit_kind, 0.0) + held.unit * (
+            held.units - held.min_units
+        )
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []
     gpu_groups: dict[str, list[list[str]]] = {}
@@ -215,7 +264,15 @@ def scheduling_snapshot() -> Snapshot:
     ):
         add_resources(capacity, node_capacity)
         room = placed.free_on(node_id, node_capacity)
-        if _can_take(room, executors, demands):
+        extra = returnable.get(str(node_id))
+        if _can_take(room, executors, demands) or (
+            extra is not None
+            and _can_take(
+                {k: room.get(k, 0.0) + extra.get(k, 0.0) for k in {*room, *extra}},
+                executors,
+                demands,
+            )
+        ):
             useful.append(PolicyNode(str(node_id), room, frozenset(executors), frozenset(warm)))
             if groups:
                 gpu_groups[str(node_id)] = groups
@@ -223,6 +280,7 @@ def scheduling_snapshot() -> Snapshot:
         RunningAction(f"usage:{tenant}", str(tenant), "", "", used, 0.0)
         for tenant, used in sorted(placed.by_tenant.items())
     )
+    listed = {node.id for node in useful}
     return Snapshot(
         now=now.timestamp(),
         nodes=tuple(_free_gpu_groups(useful, gpu_groups)),
@@ -231,6 +289,7 @@ def scheduling_snapshot() -> Snapshot:
         running=running,
         duration_stats=_duration_stats(),
         capacity=capacity,
+        shrinkable=tuple(held for held in shrinkable if held.node in listed),
     )
 
 

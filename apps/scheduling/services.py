@@ -15,12 +15,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.actions.models import Action, ActionEvent, ActionState
+from apps.actions.models import PLACED_STATES, Action, ActionEvent, ActionState
 from apps.core import events
 from apps.inventory.services import ASSIGNMENT_FIELDS, assignment_of, nodes_reap_lost
 from apps.scheduling.selectors import scheduling_snapshot
 from tangram_policy.registry import get_policy
-from tangram_policy.types import Placement
+from tangram_policy.types import Placement, Shrink
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ def _schedule_round() -> RoundReport:
     decision = get_policy(settings.TANGRAM_POLICY).decide(snapshot)
     policy_ms = (time.perf_counter() - policy_started) * 1000
     now = timezone.now()
+    _shrink(decision.shrinks)
     assigned = _assign(decision.placements, now)
     if assigned:
         ActionEvent.objects.bulk_create(
@@ -94,6 +95,40 @@ def _schedule_round() -> RoundReport:
             report.total_ms,
         )
     return report
+
+
+def _shrink(shrinks: Sequence[Shrink]) -> None:
+    """Take units back from running elastic actions, before the placements that use them.
+
+    Conditional on the action still being placed on that node: one that ended
+    since the snapshot freed its room anyway. Its agent lowers the run's CPU
+    limit when this commits; until then the placements made with the room are
+    not sent either (the same commit), so a core is never promised twice for long.
+    """
+    for shrink in shrinks:
+        action = (
+            Action.objects.filter(
+                pk=shrink.action_id, node_id=shrink.node_id, state__in=PLACED_STATES
+            )
+            .only("id", "attempt")
+            .first()
+        )
+        if action is None:
+            continue
+        Action.objects.filter(pk=action.pk).update(
+            allocation=dict(shrink.allocation), units=shrink.units
+        )
+        message = {
+            "action": str(action.pk),
+            "attempt": action.attempt,
+            "allocation": dict(shrink.allocation),
+            "units": shrink.units,
+        }
+        transaction.on_commit(
+            lambda n=shrink.node_id, m=message: events.agent_shrink(n, m)  # type: ignore[misc]
+        )
+    if shrinks:
+        logger.info("round took units back from %d elastic action(s)", len(shrinks))
 
 
 def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:

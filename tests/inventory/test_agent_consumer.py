@@ -250,3 +250,50 @@ async def test_a_skewed_agents_times_are_put_on_the_servers_clock(agent_token, s
     assert stored.finished_at.timestamp() == pytest.approx(ran_at + 10, abs=0.5)
     if not skew_s:  # within the tolerance: exactly what the agent said
         assert stored.started_at.timestamp() == pytest.approx(agent_clock, abs=1e-3)
+
+
+def _grown_elastic(node_name: str, units: int) -> Action:
+    """A running elastic action that took one core per unit on an idle node."""
+    return ActionFactory(
+        node=Node.objects.get(name=node_name),
+        state="running",
+        demand={"cpu": 1, "memory": 16},
+        elasticity={"min_units": 1, "max_units": 8, "parallel_fraction": 0.9, "unit_kind": "cpu"},
+        allocation={"cpu": units, "memory": 16},
+        units=units,
+        duration_hint_s=60,
+    )
+
+
+@pytest.mark.parametrize("protocol", [PROTOCOL_VERSION, 2])
+async def test_a_round_takes_cores_back_from_a_grown_elastic_action(
+    agent_token, settings, protocol
+):
+    """Protocol 3 agents get ``shrink`` before the assignment that uses the cores; older
+    agents' actions keep their units and the queued action waits."""
+    settings.TANGRAM_POLICY = "tangram"
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({**_register(), "protocol": protocol})
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    elastic = await database_sync_to_async(_grown_elastic)("node-x", 2)
+    rigid = await database_sync_to_async(ActionFactory)(demand={"cpu": 1}, duration_hint_s=5)
+    placed = (await database_sync_to_async(schedule_round)()).placed
+    await database_sync_to_async(elastic.refresh_from_db)()
+    if protocol < 3:
+        assert placed == 0 and elastic.units == 2
+        assert await communicator.receive_nothing(timeout=0.5)
+        await communicator.disconnect()
+        return
+    assert placed == 1
+    assert (elastic.units, elastic.allocation) == (1, {"cpu": 1, "memory": 16})
+    shrink = await communicator.receive_json_from(timeout=5)
+    assert shrink == {
+        "type": "shrink",
+        "action": str(elastic.pk),
+        "attempt": 1,
+        "allocation": {"cpu": 1, "memory": 16},
+        "units": 1,
+    }
+    assign = await communicator.receive_json_from(timeout=5)
+    assert assign["type"] == "assign" and assign["action"]["id"] == str(rigid.pk)
+    await communicator.disconnect()
