@@ -234,3 +234,76 @@ def test_a_reward_batch_on_a_killed_agent_is_scored_again_elsewhere(tmp_path):
     assert [s["length"] for s in scores] == [1, 2, 3, 4, 5, 6]
     assert len({s["run"] for s in scores}) == 1 and {s["of"] for s in scores} == {6}
     assert len(events) == 6 and set(events.values()) == {1}
+
+
+#: Three processes burn CPU for 14 s; prints the CPU seconds they got in each wall-clock second.
+BURNER = """\
+import json, os, time
+
+def burn(until, out):
+    seen, last = {}, time.process_time()
+    while time.time() < until:
+        for _ in range(20000):
+            pass
+        now = time.process_time()
+        second = str(int(time.time()))
+        seen[second] = seen.get(second, 0.0) + now - last
+        last = now
+    os.write(out, json.dumps(seen).encode())
+
+until, readers = time.time() + 14, []
+for _ in range(3):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        burn(until, w)
+        os._exit(0)
+    os.close(w)
+    readers.append(r)
+total = {}
+for r in readers:
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    for second, cpu in json.loads(data).items():
+        total[second] = total.get(second, 0.0) + cpu
+for _ in readers:
+    os.wait()
+print(json.dumps(total))
+"""
+
+
+def test_a_grown_elastic_action_gives_cores_back_to_an_action_that_waits(tmp_path):
+    """An elastic action grows on an idle 4-core node; a 3-core action arrives: the
+    round takes two cores back, the agent lowers the running sandbox's CPU quota to
+    one core, and the new action runs at once instead of waiting 14 s."""
+    with running_cluster(tmp_path, agents=[]) as cluster:
+        cluster.start_agent("elastic-node", cpu=4)
+        wait_for(lambda: "elastic-node" in cluster.online_nodes(), 30, "elastic-node to register")
+        with Client(cluster.base_url, cluster.tenant_token) as client:
+            elastic = client.submit(
+                "sandbox.python",
+                {"code": BURNER},
+                demand={"cpu": 1, "memory": 256},
+                elasticity={"min_units": 1, "max_units": 4, "parallel_fraction": 0.9},
+                duration_hint_s=60,
+            )
+            grown = wait_for(
+                lambda: (a := client.get(elastic.id)).state == "running" and a, 30, "a start"
+            )
+            time.sleep(4)  # some seconds at its grown quota
+            rigid = client.submit("sleep", {"seconds": 1}, demand={"cpu": 3, "memory": 64})
+            rigid = client.wait(rigid.id, timeout=60)
+            elastic = client.wait(elastic.id, timeout=60)
+
+    assert grown.units == 3 and grown.allocation["cpu"] == 3  # 4 cores less the headroom
+    assert rigid.ok and elastic.ok, (rigid.error, elastic.error, elastic.stderr)
+    assert (elastic.units, elastic.allocation["cpu"]) == (1, 1)
+    assert rigid.started_at is not None and rigid.started_at < elastic.finished_at
+    shrunk_at = rigid.started_at.timestamp()
+    cpu = {int(second): used for second, used in json.loads(elastic.stdout).items()}
+    before = [used for second, used in cpu.items() if second + 1 < shrunk_at]
+    after = [used for second, used in cpu.items() if second > shrunk_at + 1]
+    # Three busy processes on this 2-core machine: about 2 CPU s/s, then at most 1.
+    assert before and max(before) > 1.3, cpu
+    assert after and max(after) <= 1.1, cpu
