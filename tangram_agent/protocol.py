@@ -57,6 +57,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 #: ``Assignment``; 3 added the ``shrink`` message, which the server sends only to
 #: agents that registered with protocol >= 3.
 PROTOCOL_VERSION = 3
+#: The first protocol whose agents take ``shrink``.
+SHRINK_PROTOCOL = 3
 #: The oldest agent protocol the server still accepts.
 MIN_PROTOCOL_VERSION = 1
 

@@ -32,6 +32,10 @@ class NodeListApi(APIView):
             help_text="GPU ids per interconnect group.",
         )
         actions = serializers.IntegerField(help_text="Assigned and running actions.")
+        protocol = serializers.IntegerField(
+            source="node.protocol",
+            help_text="The protocol its agent registered with; from 3 it can shrink elastic runs.",
+        )
         last_seen_at = serializers.DateTimeField(source="node.last_seen_at")
 
     @extend_schema(responses=OutputSerializer(many=True))

@@ -27,6 +27,7 @@ from apps.actions.models import PLACED_STATES, Action, ActionDurationStat, Actio
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
+from tangram_agent.protocol import SHRINK_PROTOCOL
 from tangram_policy.pool import gpu_group_size
 from tangram_policy.types import (
     EPSILON,
@@ -45,8 +46,6 @@ from tangram_policy.types import Node as PolicyNode
 #: The policy sees at most this many queued actions per round, highest priority and oldest first.
 MAX_PENDING_PER_ROUND = 10_000
 NOT_ELASTIC = Elasticity()
-#: The first agent protocol that takes ``shrink``: older agents' actions keep their units.
-SHRINK_PROTOCOL = 3
 
 
 class _Decoded:

@@ -304,10 +304,10 @@ def test_batch_fields_are_stored_and_shown_with_the_placement(owner, node):
     assert (shown["gpus"], shown["batch_id"]) == (["4", "5"], "batch:x")
 
 
-def test_nodes_show_their_gpu_groups(staff_client):
-    NodeFactory(capacity={"cpu": 4, "gpu": 2}, gpu_groups=[["0"], ["1"]])
+def test_nodes_show_their_gpu_groups_and_protocol(staff_client):
+    NodeFactory(capacity={"cpu": 4, "gpu": 2}, gpu_groups=[["0"], ["1"]], protocol=2)
     (shown,) = staff_client.get("/api/v1/nodes").json()
-    assert shown["gpu_groups"] == [["0"], ["1"]]
+    assert (shown["gpu_groups"], shown["protocol"]) == ([["0"], ["1"]], 2)
 
 
 def _waiting(owner, action_id):

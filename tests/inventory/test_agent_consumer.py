@@ -275,6 +275,8 @@ async def test_a_round_takes_cores_back_from_a_grown_elastic_action(
     communicator = await _connect(agent_token)
     await communicator.send_json_to({**_register(), "protocol": protocol})
     assert (await communicator.receive_json_from())["type"] == "registered"
+    node = await database_sync_to_async(Node.objects.get)(name="node-x")
+    assert node.protocol == protocol
     elastic = await database_sync_to_async(_grown_elastic)("node-x", 2)
     rigid = await database_sync_to_async(ActionFactory)(demand={"cpu": 1}, duration_hint_s=5)
     placed = (await database_sync_to_async(schedule_round)()).placed
