@@ -2,12 +2,15 @@
 
     python -m bench.round                  # tangram, 10,000 x 1,000
     python -m bench.round --policies tangram,fifo --pending 10000 --nodes 1000
+    python -m bench.round --grown 1000     # 1,000 of the running actions hold extra cores
 
 The state is a busy cluster: 1,000 nodes (90% 32-core CPU nodes with two of
 six sandbox images warm, 10% 8-GPU hosts in two NVLink groups with a reward
 model resident on half), 5,000 actions running, 10,000 queued across three
 tenants with quotas: short and long sandbox calls (elastic), multi-GPU
-actions, batchable reward scoring and API calls.
+actions, batchable reward scoring and API calls. With ``--grown N``, N of the
+running CPU actions are elastic ones grown to 4 units that the round may
+shrink for the queue (``Snapshot.shrinkable``): the round then places twice.
 
 Each policy decides on the state as the live scheduler and the simulator hand
 it (``tangram_policy.pool.partial_view``: nodes with their free room as capacity, usage per tenant,
@@ -35,6 +38,7 @@ from tangram_policy.types import (
     Node,
     PendingAction,
     RunningAction,
+    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -43,7 +47,9 @@ IMAGES = [f"image:py{i}" for i in range(6)]
 TENANTS = ("team-a", "team-b", "team-c")
 
 
-def build_snapshot(pending: int, nodes: int, running: int, seed: int = 1) -> Snapshot:
+def build_snapshot(
+    pending: int, nodes: int, running: int, seed: int = 1, grown: int = 0
+) -> Snapshot:
     rng = random.Random(seed)
     node_list: list[Node] = []
     for i in range(nodes):
@@ -69,6 +75,7 @@ def build_snapshot(pending: int, nodes: int, running: int, seed: int = 1) -> Sna
             )
     node_list.append(Node("api", {"api:judge": 256}, frozenset({"judge"})))
     running_list: list[RunningAction] = []
+    shrinkable: list[Shrinkable] = []
     for i in range(running):
         node = node_list[rng.randrange(nodes)]
         if "gpu" in node.capacity:
@@ -78,6 +85,8 @@ def build_snapshot(pending: int, nodes: int, running: int, seed: int = 1) -> Sna
         running_list.append(
             RunningAction(f"r{i}", TENANTS[i % 3], "python", node.id, allocation, 0.0)
         )
+        if len(shrinkable) < grown and "gpu" not in allocation:  # 4 units of 1 core, min 1
+            shrinkable.append(Shrinkable(f"r{i}", TENANTS[i % 3], node.id, allocation, 4, 1))
     kinds = [
         ("python", {"cpu": 1.0, "memory": 2048.0}, Elasticity(1, 2, 0.3), None, 2.0),
         ("tests", {"cpu": 2.0, "memory": 4096.0}, Elasticity(1, 8, 0.9), None, 40.0),
@@ -124,6 +133,7 @@ def build_snapshot(pending: int, nodes: int, running: int, seed: int = 1) -> Sna
         pending=tuple(pending_list),
         running=tuple(running_list),
         duration_stats=stats,
+        shrinkable=tuple(shrinkable),
     )
 
 
@@ -133,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--running", type=int, default=5_000)
+    parser.add_argument(
+        "--grown", type=int, default=0, help="running actions holding 3 cores they may give back"
+    )
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument(
         "--instructions",
@@ -142,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds-only", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    full = build_snapshot(args.pending, args.nodes, args.running)
+    full = build_snapshot(args.pending, args.nodes, args.running, grown=args.grown)
     if args.rounds_only:  # the workload --instructions counts: build, then N rounds, silently
         policy = get_policy(args.policies.split(",")[0])
         snapshot = partial_view(full)
@@ -153,22 +166,22 @@ def main(argv: list[str] | None = None) -> int:
         return _count_instructions(args.policies.split(",")[0], argv or sys.argv[1:])
     views = {"": partial_view(full), " (every running action)": full}
     print(f"{args.pending} pending x {args.nodes} nodes, {args.running} running")
-    print(f"{'policy':<40}{'median ms':>10}{'max ms':>10}{'placements':>12}")
+    print(f"{'policy':<40}{'median ms':>10}{'max ms':>10}{'placements':>12}{'shrinks':>9}")
     for name in args.policies.split(","):
         policy = get_policy(name)
         repeat = args.repeat if name != "fifo" else 1
         for view, snapshot in views.items():
             timings = []
-            placements = 0
+            placements = shrinks = 0
             for _ in range(repeat):
                 started = time.perf_counter()
                 decision = policy.decide(snapshot)
                 timings.append((time.perf_counter() - started) * 1000.0)
-                placements = len(decision.placements)
+                placements, shrinks = len(decision.placements), len(decision.shrinks)
             label = name + view
             print(
                 f"{label:<40}{statistics.median(timings):>10.1f}{max(timings):>10.1f}"
-                f"{placements:>12}"
+                f"{placements:>12}{shrinks:>9}"
             )
     return 0
 

@@ -538,12 +538,15 @@ class _Round:
                 lent.setdefault((held.node, held.unit_kind), []).append(held)
         if not lent:
             return
+        #: Per (node, kind): the units lent, and the room after lending.
         extra: dict[tuple[str, str], float] = {}
+        after: dict[tuple[str, str], float] = {}
         for (node_id, kind), held_there in lent.items():
             for held in held_there:
                 amount = (held.units - held.min_units) * held.unit
                 pool.charge(held.tenant, node_id, pool.plan({kind: -amount}))
                 extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + amount
+            after[(node_id, kind)] = pool.free[node_id].get(kind, 0.0)
         lenders = {
             (held.tenant, held.unit_kind) for held_there in lent.values() for held in held_there
         }
@@ -558,10 +561,19 @@ class _Round:
         self.reserved_all.clear()
         self.reserved_from_borrowers.clear()
         self.place([cls for cls in classes if cls.position < len(cls.entries)])
+        #: Lenders whose tenant placed more of the kind in this pass.
+        grew = {
+            key
+            for key, usage in lent_usage.items()
+            if pool.usage.get(key[0], _NO_USAGE).get(key[1], 0.0) > usage + EPSILON
+        }
         for (node_id, kind), held_there in lent.items():
-            taken = extra[(node_id, kind)] - min(
-                extra[(node_id, kind)], max(pool.free[node_id].get(kind, 0.0), 0.0)
-            )
+            # Where this pass placed something, they keep only the room it left
+            # (the node ends within its capacity); elsewhere all they held.
+            left = pool.free[node_id].get(kind, 0.0)
+            taken = 0.0
+            if after[(node_id, kind)] - left > EPSILON:
+                taken = extra[(node_id, kind)] - min(extra[(node_id, kind)], max(left, 0.0))
             units = {held.action_id: held.units for held in held_there}
             while taken > EPSILON:
                 # One unit from the action with the most extra units (then the first listed).
@@ -573,13 +585,8 @@ class _Round:
             for held in held_there:
                 # The tenant's placements elsewhere may have used its lent quota.
                 quota = pool.quotas.get(held.tenant)
-                usage = pool.usage.get(held.tenant, _NO_USAGE).get(kind, 0.0)
-                if (
-                    quota is not None
-                    and kind in quota.limit
-                    and usage > lent_usage[(held.tenant, kind)] + EPSILON
-                ):
-                    room = quota.limit[kind] - usage
+                if (held.tenant, kind) in grew and quota is not None and kind in quota.limit:
+                    room = quota.limit[kind] - pool.usage[held.tenant].get(kind, 0.0)
                     fits = held.min_units + int(max(room, 0.0) / held.unit + EPSILON)
                     units[held.action_id] = min(units[held.action_id], fits)
                 kept = units[held.action_id]

@@ -213,6 +213,36 @@ def test_units_come_back_for_the_tenant_whose_quota_they_fill() -> None:
     assert get_policy("tangram").decide(other) == Decision()
 
 
+def test_a_node_over_its_capacity_ends_within_it_or_keeps_its_units() -> None:
+    """Capacity lowered under running actions: free room is negative (-2 cores)."""
+    running, held = _grown(4)
+    other = RunningAction("o", "t", "python", "n", {"cpu": 6.0}, 0.0)
+    node = Node("n", {"cpu": 8.0, "memory": 4096.0}, CPU)
+    waiting = [_action("w", duration_hint_s=5.0)]
+    snapshot = replace(_snapshot([node], waiting, [running, other]), shrinkable=(held,))
+    decision = get_policy("tangram").decide(snapshot)
+    # The one core it places plus the two over: all three extra units come back.
+    assert [s.units for s in decision.shrinks] == [1]
+    assert [p.action_id for p in decision.placements] == ["w"]
+    # Nothing that fits waits: the action keeps its units.
+    hungry = _action("w", demand={"cpu": 1.0, "memory": 8192.0}, duration_hint_s=5.0)
+    assert get_policy("tangram").decide(replace(snapshot, pending=(hungry,))) == Decision()
+
+
+def test_a_tenant_over_its_limit_that_places_nothing_keeps_its_units() -> None:
+    first, held_first = _grown(3)
+    second, held_second = _grown(3)
+    second = replace(second, id="e2")
+    held_second = replace(held_second, action_id="e2")
+    quotas = {"t": TenantQuota("t", {}, {"cpu": 2.0})}  # lowered under its 6 cores
+    node = Node("n", {"cpu": 32.0, "memory": 4096.0}, CPU)
+    waiting = [_action("w", demand={"cpu": 8.0}, duration_hint_s=5.0)]
+    snapshot = replace(
+        _snapshot([node], waiting, [first, second], quotas), shrinkable=(held_first, held_second)
+    )
+    assert get_policy("tangram").decide(snapshot) == Decision()
+
+
 def test_nothing_comes_back_for_an_action_that_would_still_not_fit() -> None:
     running, held = _grown(8)
     node = Node("n", {"cpu": 8.0, "memory": 2048.0}, CPU)
