@@ -419,6 +419,8 @@ class _Round:
         self.contended: set[str] = set()
         self.elastic = config.elastic  # read once per placement
         self.shrinks: list[Shrink] = []
+        #: (tenant, kind) a borrower found its tenant's limit of.
+        self.limited: set[tuple[str, str]] = set()
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
         reserved_all = self.reserved_all
@@ -512,31 +514,41 @@ class _Round:
     def take_back(self, shrinkable: tuple[Shrinkable, ...], classes: list[_Class]) -> None:
         """Units running elastic actions hold above their minimum, for actions that wait.
 
-        The extra units of every such action of a kind some unplaced action
-        asks for are lent to the pool (and its tenant's quota), the rest of
-        the queue is placed again (room only grew, so what was skipped is
-        tried anew), and on each node
-        only as many whole units as the new placements took are taken back,
-        from the actions holding the most extra units first, and as many more
-        as keep a tenant that placed more within its limit (its placements
-        elsewhere may have used its lent quota). The rest is charged again.
+        When some unplaced action could use them (it runs on a node that
+        lends, or its tenant's limit of a lent kind stopped it), the extra
+        units are lent to the pool (and their tenants' quotas) and those
+        actions are placed again: room only grew, so what was skipped is tried
+        anew. On each node where they placed something, as many whole units as
+        it takes to end within capacity are taken back, from the actions holding
+        the most extra units first, and as many more as keep a tenant that
+        placed more within its limit (its placements elsewhere may have used
+        its lent quota). The rest is charged again.
         """
         pool = self.pool
-        #: Kinds unplaced actions ask for: they found no room, or their tenant's
-        #: quota full (which the units of its own elastic actions may fill).
-        waiting = {
-            kind for cls in classes if cls.position < len(cls.entries) for kind, _ in cls.needs
-        }
         lent: dict[tuple[str, str], list[Shrinkable]] = {}
         for held in shrinkable:
-            if (
-                held.units > held.min_units
-                and held.unit_kind in waiting
-                and held.node in pool.free
-                and held.unit > 0
-            ):
+            if held.units > held.min_units and held.node in pool.free and held.unit > 0:
                 lent.setdefault((held.node, held.unit_kind), []).append(held)
-        if not lent:
+        lent_kinds = {kind for _, kind in lent}
+        lenders = {(h.tenant, h.unit_kind) for held_there in lent.values() for h in held_there}
+        #: Types the nodes with units to lend run.
+        lent_types = {t for node_id, _ in lent for t in pool.nodes[node_id].executors}
+        # Unplaced classes the units could help: they run on a node that lends
+        # room of a kind they ask, or their tenant's limit of a lent kind stopped them.
+        helped = [
+            cls
+            for cls in classes
+            if cls.position < len(cls.entries)
+            and any(
+                kind in lent_kinds
+                and (
+                    cls.type in lent_types
+                    or ((cls.tenant, kind) in self.limited and (cls.tenant, kind) in lenders)
+                )
+                for kind, _ in cls.needs
+            )
+        ]
+        if not helped:
             return
         #: Per (node, kind): the units lent, and the room after lending.
         extra: dict[tuple[str, str], float] = {}
@@ -547,20 +559,19 @@ class _Round:
                 pool.charge(held.tenant, node_id, pool.plan({kind: -amount}))
                 extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + amount
             after[(node_id, kind)] = pool.free[node_id].get(kind, 0.0)
-        lenders = {
-            (held.tenant, held.unit_kind) for held_there in lent.values() for held in held_there
-        }
         for tenant, _ in lenders:
             pool.refresh_share(tenant)
         lent_usage = {
             (tenant, kind): pool.usage.get(tenant, _NO_USAGE).get(kind, 0.0)
             for tenant, kind in lenders
         }
+        # Room and quota of the lent kinds grew: what failed on them may go now.
+        # Reservations of other kinds stand.
         self.no_room.clear()
-        self.contended.clear()
-        self.reserved_all.clear()
-        self.reserved_from_borrowers.clear()
-        self.place([cls for cls in classes if cls.position < len(cls.entries)])
+        self.contended -= lent_kinds
+        self.reserved_all -= lent_kinds
+        self.reserved_from_borrowers -= lent_kinds
+        self.place(helped)
         #: Lenders whose tenant placed more of the kind in this pass.
         grew = {
             key
@@ -696,6 +707,7 @@ class _Round:
             usage = usages.get(cls.tenant, _NO_USAGE)
             for kind, amount, ceiling in cls.limit:  # Pool.within, inline: once per attempt
                 if usage.get(kind, 0.0) + amount > ceiling:
+                    self.limited.add((cls.tenant, kind))
                     break
             else:
                 if (lends_all or pool.leaves_unlent_guarantees(cls.tenant, cls.demand)) and (
