@@ -110,7 +110,14 @@ class Agent:
 
     @property
     def running(self) -> list[ActionRef]:
-        return [{"action": a, "attempt": n} for a, n in self._runs]
+        refs: list[ActionRef] = []
+        for (action, attempt), run in self._runs.items():
+            ref: ActionRef = {"action": action, "attempt": attempt}
+            cpu = run.assignment["allocation"].get("cpu")
+            if cpu is not None:
+                ref["cpu"] = float(cpu)
+            refs.append(ref)
+        return refs
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()

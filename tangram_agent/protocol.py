@@ -14,6 +14,9 @@ Agent -> server
              protocol 2) lists the node's GPU ids, one list per interconnect
              group; their count is ``capacity["gpu"]``.
   heartbeat  {type, running}
+             From protocol 3 each ``running`` entry has the ``cpu`` the agent
+             holds that run to; the server sends ``shrink`` again where it holds
+             less (the first one was lost).
   started    {type, action, attempt, started_at}
   result     {type, action, attempt, state, exit_code, stdout, stderr,
               stdout_truncated, stderr_truncated, error, started_at, finished_at}
@@ -69,6 +72,9 @@ ResultState = Literal["succeeded", "failed", "timed_out", "cancelled"]
 class ActionRef(TypedDict):
     action: str
     attempt: int
+    #: In ``running`` (protocol 3): the cores the agent holds the run to, so that
+    #: the server can send again a ``shrink`` that was lost.
+    cpu: NotRequired[float]
 
 
 class Assignment(TypedDict):

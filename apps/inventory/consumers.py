@@ -100,10 +100,12 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self._register(content)
             elif kind == "heartbeat":
                 self._sample_clock(content)
-                resend, stale = await database_sync_to_async(services.node_heartbeat)(
+                resend, stale, shrinks = await database_sync_to_async(services.node_heartbeat)(
                     node_id=self.node_id, running=content.get("running", [])
                 )
                 await self._send_assignments(resend, stale)
+                for shrink in shrinks:
+                    await self.send_json({"type": "shrink", **shrink})
             elif kind == "started":
                 await database_sync_to_async(action_mark_started)(
                     node_id=self.node_id,

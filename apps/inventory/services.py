@@ -162,12 +162,14 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
 @transaction.atomic
 def node_heartbeat(
     *, node_id: Any, running: list[ActionRef]
-) -> tuple[list[Assignment], list[ActionRef]]:
-    """Renew the lease; return what the agent lacks and what it should stop.
+) -> tuple[list[Assignment], list[ActionRef], list[dict[str, Any]]]:
+    """Renew the lease; return what the agent lacks, what it should stop, and
+    the shrinks it missed.
 
     Assignments older than two heartbeats that the agent does not hold were
     lost in transit (a Redis blip) and are sent again; the agent ignores one it
     already holds. Runs it holds that are no longer its own are cancelled.
+    A run it holds to more cores than its action now has missed its shrink.
     """
     now = timezone.now()
     Node.objects.filter(pk=node_id).update(last_seen_at=now, state=Node.State.ONLINE)
@@ -180,7 +182,26 @@ def node_heartbeat(
         )
         if (str(a.pk), a.attempt) not in held
     ]
-    return resend, _stale(node_id, held)
+    return resend, _stale(node_id, held), _missed_shrinks(node_id, running)
+
+
+def _missed_shrinks(node_id: Any, running: list[ActionRef]) -> list[dict[str, Any]]:
+    """``shrink`` messages (less their type) for runs held to more cores than their action has."""
+    cores = {
+        (ref["action"], int(ref["attempt"])): float(ref["cpu"]) for ref in running if "cpu" in ref
+    }
+    if not cores:
+        return []
+    out = []
+    for pk, attempt, allocation, units in Action.objects.filter(
+        pk__in=[action for action, _ in cores], node_id=node_id, state__in=PLACED_STATES
+    ).values_list("pk", "attempt", "allocation", "units"):
+        held = cores.get((str(pk), attempt))
+        if held is not None and float(allocation.get("cpu", held)) < held - 1e-9:
+            out.append(
+                {"action": str(pk), "attempt": attempt, "allocation": allocation, "units": units}
+            )
+    return out
 
 
 @transaction.atomic

@@ -82,7 +82,7 @@ def test_runs_survive_a_disconnect_and_unacked_results_are_resent() -> None:
             await server.drop()
             # The agent comes back and says it still runs the action.
             register = await server.next("register")
-            assert register["running"] == [{"action": "a1", "attempt": 1}]
+            assert register["running"] == [{"action": "a1", "attempt": 1, "cpu": 1.0}]
             first = await server.next("result")
             assert first["state"] == "succeeded"
             # No ack: after the next reconnect the same result comes again.

@@ -70,6 +70,18 @@ async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def reported(server: FakeServer, action: str, cpu: float) -> None:
+    """Wait for a heartbeat that reports ``action`` held to ``cpu`` cores."""
+
+    async def beat() -> None:
+        while {"action": action, "attempt": 1, "cpu": cpu} not in (await server.next("heartbeat"))[
+            "running"
+        ]:
+            pass
+
+    await asyncio.wait_for(beat(), 5)
+
+
 async def barrier(server: FakeServer, action: str) -> None:
     """Return once the agent has handled every message sent before: it handles them in order."""
     await server.send({"type": "assign", "action": sleep_assignment(0, action_id=action)})
@@ -93,8 +105,11 @@ def test_a_shrink_throttles_a_running_sandbox_to_its_new_cores(sandbox: Sandbox)
             await server.send({"type": "assign", "action": assignment})
             pid = await sandboxed_pid(sandbox)
             assert cores_of(pid) == 4
+            await reported(server, "e1", 4.0)
             await server.send(shrink("e1", 1))
             await until(lambda: cores_of(pid) == 1)
+            # Heartbeats say so: the server re-sends a shrink they show was lost.
+            await reported(server, "e1", 1.0)
             result = await server.next("result")
             assert (result["state"], result["stdout"]) == ("succeeded", "done\n"), result
             await server.ack(result)

@@ -299,3 +299,25 @@ async def test_a_round_takes_cores_back_from_a_grown_elastic_action(
     assign = await communicator.receive_json_from(timeout=5)
     assert assign["type"] == "assign" and assign["action"]["id"] == str(rigid.pk)
     await communicator.disconnect()
+
+
+async def test_a_heartbeat_showing_a_lost_shrink_gets_it_again(agent_token):
+    """The round shrank the action while the shrink message was lost (a Redis blip):
+    the agent's heartbeat still reports 2 cores, so the server sends the shrink again."""
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_register())
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    elastic = await database_sync_to_async(_grown_elastic)("node-x", 1)  # shrunk to 1 unit
+    ref = {"action": str(elastic.pk), "attempt": 1}
+    await communicator.send_json_to({"type": "heartbeat", "running": [{**ref, "cpu": 2.0}]})
+    assert await communicator.receive_json_from(timeout=5) == {
+        "type": "shrink",
+        **ref,
+        "allocation": {"cpu": 1, "memory": 16},
+        "units": 1,
+    }
+    # Held to what it has (or an agent that does not say): nothing to send.
+    for running in ([{**ref, "cpu": 1.0}], [ref]):
+        await communicator.send_json_to({"type": "heartbeat", "running": running})
+        assert await communicator.receive_nothing(timeout=0.5)
+    await communicator.disconnect()
