@@ -1,6 +1,6 @@
 """The elastic, ACT-minimising Tangram policy.
 
-One round, from a snapshot, in four passes:
+One round, from a snapshot, in five passes:
 
 1. **Batches.** Pending reward-scoring actions with the same ``batch_key``
    (and tenant and type) are coalesced, in order, into batches of up to
@@ -27,12 +27,13 @@ One round, from a snapshot, in four passes:
    for kinds nobody is waiting on, keeping a headroom, and only while each
    unit cuts enough of the action's time for the current load (EARL's rule:
    ``min_gain x load / (1 - load)``).
-5. **Taking units back.** Units are not fixed at placement: when actions of a
-   kind that running actions can give back (cores) find no room, the round
-   lends them the units running elastic actions hold above their minimum,
-   places again, and takes back (``Decision.shrinks``) only the units it
-   placed on. An elastic action grows while the pool is idle and returns to
-   its minimum when others wait.
+5. **Taking units back.** Units are not fixed at placement: when actions
+   that ask for a kind running actions can give back (cores) find no room, or
+   their tenant's limit, the round lends them the units running elastic
+   actions hold above their minimum, places them again, and takes back
+   (``Decision.shrinks``) only the units they were placed on. An elastic
+   action grows while the pool is idle and shrinks towards its minimum when
+   others wait.
 """
 
 from __future__ import annotations
