@@ -26,7 +26,10 @@ One round, from a snapshot, in five passes:
    seconds saved (Amdahl), to extra units of placed elastic actions, but only
    for kinds nobody is waiting on, keeping a headroom, and only while each
    unit cuts enough of the action's time for the current load (EARL's rule:
-   ``min_gain x load / (1 - load)``).
+   ``min_gain x load / (1 - load)``). The headroom is for arrivals, so it
+   does not apply to units the round takes back when others need them
+   (cores, with pass 5 on); the load rule, which weighs a unit's worth
+   against what it costs the pool, does.
 5. **Taking units back.** Units are not fixed at placement: when actions
    that ask for a kind running actions can give back (cores) find no room, or
    their tenant's limit, the round lends them the units running elastic
@@ -48,6 +51,7 @@ from tangram_policy.estimate import duration_at, expected_duration, type_priors
 from tangram_policy.pool import _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
     EPSILON,
+    SHRINKABLE_KINDS,
     Decision,
     Elasticity,
     PendingAction,
@@ -117,9 +121,10 @@ class TangramConfig:
     aging_rate: float = 0.5
     #: An action that has waited this long reserves its kind when it does not fit.
     starvation_s: float = 300.0
-    #: Fraction of each kind's pool that extra elastic units leave free for arrivals.
+    #: Fraction of each kind's pool that extra elastic units leave free for arrivals
+    #: (kinds that are not taken back).
     headroom: float = 0.1
-    #: Smallest fraction of its time an extra unit must save, on an idle pool.
+    #: Smallest fraction of its time an extra unit must save, at half load.
     min_gain: float = 0.05
 
 
@@ -745,7 +750,8 @@ class _Round:
         for kind, total in pool.total.items():
             if total <= 0 or kind in self.contended or kind in self.reserved_all:
                 continue
-            budget[kind] = pool.unused(kind) - config.headroom * total
+            kept_free = 0.0 if self._lent(kind) else config.headroom * total
+            budget[kind] = pool.unused(kind) - kept_free
             threshold[kind] = self._threshold(kind)
         memo: dict[tuple[int, float, int, float], tuple[float, float]] = {}
         #: Candidates: (-seconds saved, placement in ``out``, unit, gain group,
@@ -833,6 +839,10 @@ class _Round:
                 placement.action_id, placement.node_id, allocation, state.units, None, state.gpus
             )
 
+    def _lent(self, kind: str) -> bool:
+        """Whether extra units of ``kind`` are lent: taken back as soon as others wait."""
+        return self.config.shrinking and kind in SHRINKABLE_KINDS
+
     def _threshold(self, kind: str) -> float:
         """The fraction of its time an extra unit must save at the kind's current load.
 
@@ -867,7 +877,7 @@ class _Round:
             next_s = duration_at(elasticity, work_s, units + 1)
             known = memo[key] = (now_s - next_s, fixed_s + now_s)
         saved, whole_s = known
-        if whole_s <= 0 or saved / whole_s < threshold[elasticity.unit_kind]:
+        if saved <= 0 or whole_s <= 0 or saved / whole_s < threshold[elasticity.unit_kind]:
             return None
         return saved
 

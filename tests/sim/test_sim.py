@@ -122,15 +122,16 @@ def test_a_grown_elastic_action_gives_units_back_and_runs_the_rest_slower() -> N
     ]
     raw["tasks"] = [elastic, rigid]
     workload = workload_from_dict(raw)
-    # The shard gets 3 of 4 cores on the idle pool (the headroom keeps 0.4 free): 100/3 s.
-    # At 10 s the 2-core run waits; one core comes back: 30% done, the other 70%
-    # at 2 units takes 35 s (done at 45), and the run goes at once (10..15).
+    # The shard gets all 4 cores of the idle pool (lent cores keep no headroom): 25 s.
+    # At 10 s the 2-core run waits; two cores come back: 40% done, the other 60%
+    # at 2 units takes 30 s (done at 40), and the run goes at once (10..15).
     result = simulate(workload, "tangram", keep_records=True)
-    assert result.acts == pytest.approx([5.0, 45.0])
+    assert result.acts == pytest.approx([5.0, 40.0])
     assert {r.type: r.units for r in result.records} == {"t.shard": 2, "r.run": 1}
-    # Cores held: 3 for 10 s, then 2 for 35 s, and 2 for the run's 5 s.
-    assert result.busy["cpu"] == pytest.approx(3 * 10 + 2 * 35 + 2 * 5)
-    # Without it the run waits for the shard's 3 cores.
+    # Cores held: 4 for 10 s, then 2 for 30 s, and 2 for the run's 5 s.
+    assert result.busy["cpu"] == pytest.approx(4 * 10 + 2 * 30 + 2 * 5)
+    # Units fixed at placement: the shard gets 3 (the headroom keeps 0.4 free),
+    # 100/3 s, and the run waits for them.
     held = simulate(workload, "tangram-no-shrinking")
     assert held.acts == pytest.approx([100 / 3, 100 / 3 + 5 - 10])
 
