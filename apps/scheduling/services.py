@@ -105,30 +105,30 @@ def _shrink(shrinks: Sequence[Shrink]) -> None:
     limit when this commits; until then the placements made with the room are
     not sent either (the same commit), so a core is never promised twice for long.
     """
-    for shrink in shrinks:
-        action = (
-            Action.objects.filter(
-                pk=shrink.action_id, node_id=shrink.node_id, state__in=PLACED_STATES
-            )
-            .only("id", "attempt")
-            .first()
-        )
-        if action is None:
+    if not shrinks:
+        return
+    wanted = {shrink.action_id: shrink for shrink in shrinks}
+    shrunk = []
+    for action in Action.objects.filter(pk__in=list(wanted), state__in=PLACED_STATES).only(
+        "id", "attempt", "node_id"
+    ):
+        shrink = wanted[str(action.pk)]
+        if str(action.node_id) != shrink.node_id:
             continue
-        Action.objects.filter(pk=action.pk).update(
-            allocation=dict(shrink.allocation), units=shrink.units
-        )
+        action.allocation = dict(shrink.allocation)
+        action.units = shrink.units
+        shrunk.append(action)
         message = {
             "action": str(action.pk),
             "attempt": action.attempt,
-            "allocation": dict(shrink.allocation),
-            "units": shrink.units,
+            "allocation": action.allocation,
+            "units": action.units,
         }
         transaction.on_commit(
             lambda n=shrink.node_id, m=message: events.agent_shrink(n, m)  # type: ignore[misc]
         )
-    if shrinks:
-        logger.info("round took units back from %d elastic action(s)", len(shrinks))
+    Action.objects.bulk_update(shrunk, ["allocation", "units"], batch_size=WRITE_CHUNK)
+    logger.info("round took units back from %d elastic action(s)", len(shrunk))
 
 
 def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:

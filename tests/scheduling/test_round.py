@@ -257,3 +257,29 @@ def test_a_round_with_no_room_anywhere_does_not_read_the_queue(django_assert_max
     assert (report.pending, report.placed) == (0, 0)
     Action.objects.filter(state="running").update(state="succeeded")
     assert schedule_round().placed == 1
+
+
+def test_a_round_takes_cores_back_from_several_grown_actions(settings):
+    """Four cores wanted, none free: two actions grown to 4 units give two each."""
+    settings.TANGRAM_POLICY = "tangram"
+    node = NodeFactory(capacity={"cpu": 8, "memory": 100_000}, protocol=3)
+    elasticity = {"min_units": 1, "max_units": 8, "parallel_fraction": 0.9, "unit_kind": "cpu"}
+    grown = [
+        ActionFactory(
+            state="running",
+            node=node,
+            demand={"cpu": 1, "memory": 16},
+            elasticity=elasticity,
+            allocation={"cpu": 4, "memory": 16},
+            units=4,
+        )
+        for _ in range(2)
+    ]
+    rigid = ActionFactory(demand={"cpu": 4, "memory": 16}, duration_hint_s=5)
+    assert schedule_round().placed == 1
+    for action in grown:
+        action.refresh_from_db()
+        assert (action.units, action.allocation) == (2, {"cpu": 2, "memory": 16})
+    rigid.refresh_from_db()
+    assert (rigid.state, rigid.node) == ("assigned", node)
+    assert placed_usage().by_node[node.id]["cpu"] == 8
