@@ -561,9 +561,8 @@ class _Round:
         after: dict[tuple[str, str], float] = {}
         for (node_id, kind), held_there in lent.items():
             for held in held_there:
-                amount = (held.units - held.min_units) * held.unit
-                pool.charge(held.tenant, node_id, pool.plan({kind: -amount}))
-                extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + amount
+                pool.charge(held.tenant, node_id, pool.plan({kind: -held.extra}))
+                extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + held.extra
             after[(node_id, kind)] = pool.free[node_id].get(kind, 0.0)
         for tenant, _ in lenders:
             pool.refresh_share(tenant)

@@ -96,6 +96,11 @@ class Shrinkable:
     def unit(self) -> float:
         return self.allocation.get(self.unit_kind, 0.0) / self.units
 
+    @property
+    def extra(self) -> float:
+        """What it holds of ``unit_kind`` above its minimum: what it could give back."""
+        return (self.units - self.min_units) * self.unit
+
 
 @dataclass(frozen=True, slots=True)
 class Node:

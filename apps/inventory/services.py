@@ -49,6 +49,20 @@ ASSIGNMENT_FIELDS = (
 )
 
 
+#: What ``shrink_of`` reads of an action.
+SHRINK_FIELDS = ("id", "attempt", "allocation", "units")
+
+
+def shrink_of(action: Action) -> dict[str, Any]:
+    """The ``shrink`` message for ``action``'s current allocation, less its type."""
+    return {
+        "action": str(action.pk),
+        "attempt": action.attempt,
+        "allocation": action.allocation,
+        "units": action.units,
+    }
+
+
 def assignment_of(action: Action) -> Assignment:
     return {
         "id": str(action.pk),
@@ -192,16 +206,14 @@ def _missed_shrinks(node_id: Any, running: list[ActionRef]) -> list[dict[str, An
     }
     if not cores:
         return []
-    out = []
-    for pk, attempt, allocation, units in Action.objects.filter(
-        pk__in=[action for action, _ in cores], node_id=node_id, state__in=PLACED_STATES
-    ).values_list("pk", "attempt", "allocation", "units"):
-        held = cores.get((str(pk), attempt))
-        if held is not None and float(allocation.get("cpu", held)) < held - 1e-9:
-            out.append(
-                {"action": str(pk), "attempt": attempt, "allocation": allocation, "units": units}
-            )
-    return out
+    return [
+        shrink_of(action)
+        for action in Action.objects.filter(
+            pk__in=[action for action, _ in cores], node_id=node_id, state__in=PLACED_STATES
+        ).only(*SHRINK_FIELDS)
+        if (held := cores.get((str(action.pk), action.attempt))) is not None
+        and float(action.allocation.get("cpu", held)) < held - 1e-9
+    ]
 
 
 @transaction.atomic

@@ -68,6 +68,10 @@ class _Decoded:
         return value
 
 
+def _elasticity(raw: dict[str, Any] | None) -> Elasticity:
+    return Elasticity(**raw) if raw else NOT_ELASTIC
+
+
 def _as_text(column: str) -> Cast:
     return Cast(column, output_field=TextField())
 
@@ -158,9 +162,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             job=job,
             trajectory=trajectory,
             duration_hint_s=hint,
-            elasticity=decoded.get(
-                "elasticity", elasticity, lambda raw: Elasticity(**raw) if raw else NOT_ELASTIC
-            ),
+            elasticity=decoded.get("elasticity", elasticity, _elasticity),
             affinity=decoded.get("affinity", affinity, lambda raw: frozenset(raw or ())),
             batch_key=batch_key or None,
             batch_limit=batch_limit,
@@ -222,9 +224,7 @@ def _shrinkable(decoded: _Decoded) -> list[Shrinkable]:
     )
     out = []
     for id_, tenant_id, node_id, allocation, units, elasticity_text in rows:
-        elasticity = decoded.get(
-            "elasticity", elasticity_text, lambda raw: Elasticity(**raw) if raw else NOT_ELASTIC
-        )
+        elasticity = decoded.get("elasticity", elasticity_text, _elasticity)
         if elasticity.unit_kind in SHRINKABLE_KINDS and units > elasticity.min_units:
             out.append(
                 Shrinkable(
@@ -250,9 +250,7 @@ def scheduling_snapshot() -> Snapshot:
     returnable: dict[str, dict[str, float]] = {}
     for held in shrinkable:
         extra = returnable.setdefault(held.node, {})
-        extra[held.unit_kind] = extra.get(held.unit_kind, 0.0) + held.unit * (
-            held.units - held.min_units
-        )
+        extra[held.unit_kind] = extra.get(held.unit_kind, 0.0) + held.extra
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []
     gpu_groups: dict[str, list[list[str]]] = {}

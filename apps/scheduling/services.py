@@ -17,7 +17,13 @@ from django.utils import timezone
 
 from apps.actions.models import PLACED_STATES, Action, ActionEvent, ActionState
 from apps.core import events
-from apps.inventory.services import ASSIGNMENT_FIELDS, assignment_of, nodes_reap_lost
+from apps.inventory.services import (
+    ASSIGNMENT_FIELDS,
+    SHRINK_FIELDS,
+    assignment_of,
+    nodes_reap_lost,
+    shrink_of,
+)
 from apps.scheduling.selectors import scheduling_snapshot
 from tangram_policy.registry import get_policy
 from tangram_policy.types import Placement, Shrink
@@ -110,7 +116,7 @@ def _shrink(shrinks: Sequence[Shrink]) -> None:
     wanted = {shrink.action_id: shrink for shrink in shrinks}
     shrunk = []
     for action in Action.objects.filter(pk__in=list(wanted), state__in=PLACED_STATES).only(
-        "id", "attempt", "node_id"
+        *SHRINK_FIELDS, "node_id"
     ):
         shrink = wanted[str(action.pk)]
         if str(action.node_id) != shrink.node_id:
@@ -118,12 +124,7 @@ def _shrink(shrinks: Sequence[Shrink]) -> None:
         action.allocation = dict(shrink.allocation)
         action.units = shrink.units
         shrunk.append(action)
-        message = {
-            "action": str(action.pk),
-            "attempt": action.attempt,
-            "allocation": action.allocation,
-            "units": action.units,
-        }
+        message = shrink_of(action)
         transaction.on_commit(
             lambda n=shrink.node_id, m=message: events.agent_shrink(n, m)  # type: ignore[misc]
         )
