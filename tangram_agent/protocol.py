@@ -13,7 +13,11 @@ Agent -> server
              running there but the agent no longer has. ``gpu_groups`` (from
              protocol 2) lists the node's GPU ids, one list per interconnect
              group; their count is ``capacity["gpu"]``.
-  heartbeat  {type, running}
+  heartbeat  {type, running, warm}
+             From protocol 4 ``warm`` lists the warm-state keys the node holds
+             now (resident scorers, ``scorer:<digest>``); the server stores it
+             as the node's ``warm``, which the policy places affinities on. An
+             agent sends one at once when the list changes.
              From protocol 3 each ``running`` entry has the ``cpu`` the agent
              holds that run to; the server sends ``shrink`` again where it holds
              less (the first one was lost).
@@ -40,7 +44,9 @@ Server -> agent
              it has not launched yet; a shrink of a run it does not hold, or one
              that would not lower ``cpu``, it ignores.
 
-An ``Assignment`` carries, from protocol 2, the GPU ids the action holds
+An ``Assignment`` carries, from protocol 4, the action's ``tenant`` (its id, as
+text), which keeps one tenant's resident scorer from another's samples; from
+protocol 2, the GPU ids the action holds
 (``gpus``, inside one group) and the batch it belongs to (``batch_id``, null
 when alone, and ``batch_size``); older agents ignore both, and the server still accepts their
 protocol-1 ``register``, which has no ``gpu_groups`` (so offers no GPUs).
@@ -53,13 +59,17 @@ ignored.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
 #: What this agent speaks; 2 added ``gpu_groups`` to ``register``, ``sent_at``
 #: to ``register`` and ``heartbeat``, and ``gpus``/``batch_id``/``batch_size`` to
 #: ``Assignment``; 3 added the ``shrink`` message, which the server sends only to
-#: agents that registered with protocol >= 3.
-PROTOCOL_VERSION = 3
+#: agents that registered with protocol >= 3; 4 added ``tenant`` to ``Assignment``
+#: and ``warm`` to ``heartbeat``.
+PROTOCOL_VERSION = 4
 #: The first protocol whose agents take ``shrink``.
 SHRINK_PROTOCOL = 3
 #: The oldest agent protocol the server still accepts.
@@ -94,6 +104,8 @@ class Assignment(TypedDict):
     #: ``allocation`` x ``batch_size``; others run them in turn, each with all of it.
     batch_id: NotRequired[str | None]
     batch_size: NotRequired[int]
+    #: The action's tenant id (protocol 4).
+    tenant: NotRequired[str]
 
 
 class Register(TypedDict):
@@ -117,6 +129,8 @@ class Heartbeat(TypedDict):
     #: The agent's clock when it sent this (protocol 2). The server measures the
     #: agent's clock against its own and shifts a skewed agent's times.
     sent_at: NotRequired[float]
+    #: Warm-state keys the node holds now (protocol 4).
+    warm: NotRequired[list[str]]
 
 
 class Started(TypedDict):
@@ -172,6 +186,18 @@ class Shrink(TypedDict):
     #: The action's whole allocation from now on: ``cpu`` lower than before.
     allocation: dict[str, float]
     units: int
+
+
+def scorer_warm_key(tenant: str, code: str, files: Mapping[str, str]) -> str:
+    """The warm-state key of a tenant's ``reward.python`` scorer (its code and files).
+
+    The server adds it to such an action's affinity, and an agent reports it
+    while it keeps that scorer resident, so that the policy places the
+    scorer's next calls where it is loaded. One tenant's key never names
+    another's scorer: a resident scorer has seen its tenant's samples.
+    """
+    text = json.dumps([tenant, code, dict(files)], sort_keys=True)
+    return "scorer:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def whole_batch(assignment: Assignment) -> Assignment:

@@ -43,12 +43,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from tangram_agent.cgroups import CgroupManager, RunCgroup
 from tangram_agent.executors.base import DEFAULT_OUTPUT_CAP, Outcome, PayloadError
+from tangram_agent.executors.resident import (
+    RESIDENT_RUNNER,
+    BatchStderr,
+    Resident,
+    ResidentKey,
+    ResidentPool,
+)
 from tangram_agent.protocol import Assignment
 
 log = logging.getLogger("tangram.agent")
@@ -64,6 +72,11 @@ LAUNCH_FAILED = 125
 UID_BLOCK = 1024
 #: Device files every CUDA process needs besides its GPUs' own ``nvidiaN``.
 GPU_SHARED_DEVICES = ("nvidiactl", "nvidia-uvm")
+#: A resident scorer's CPU-seconds limit, per core it holds: its batches are
+#: bounded by their timeouts and its cgroup's CPU quota, its life by going idle.
+RESIDENT_CPU_S_PER_CORE = 24 * 3600
+#: The longest reply line a resident scorer may write (the batch's own cap is checked after).
+RESIDENT_REPLY_LIMIT = 256 * DEFAULT_OUTPUT_CAP + 65536
 
 
 def default_work_root() -> Path:
@@ -101,6 +114,13 @@ class SandboxSettings:
     extra_binds: tuple[tuple[str, str], ...] = ()
     #: Where the host's ``nvidia*`` device files are (bound into sandboxes given GPUs).
     device_dir: Path = Path("/dev")
+    #: The node's memory in MiB: idle resident scorers are ended before a run
+    #: would take the runs and them past it. None: no such check.
+    memory_mib: float | None = None
+    #: Idle ``reward.python`` scorers kept loaded (:mod:`resident`); 0 keeps none.
+    residents: int = 2
+    #: How long a scorer is kept idle before it is ended.
+    resident_idle_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -155,6 +175,18 @@ class Isolation:
     warnings: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """A run ready to start: its launcher spec and what it was given."""
+
+    spec: dict[str, Any]
+    cgroup: RunCgroup | None
+    run_dir: Path
+    memory_mib: float
+    cpu_s: int
+    timeout: float
+
+
 class _CappedReader:
     """Drain a pipe to the end, keeping only the first ``cap`` bytes.
 
@@ -178,6 +210,16 @@ class _CappedReader:
 
     def text(self) -> str:
         return self.data.decode(errors="replace")
+
+
+def _scores_for(reply: bytes, samples: list[Any]) -> bool:
+    """Whether a scorer's reply is a JSON list with a score per sample (the runner
+    checks; this is for a scorer that wrote to the reply pipe itself)."""
+    try:
+        scores = json.loads(reply)
+    except ValueError:
+        return False
+    return isinstance(scores, list) and len(scores) == len(samples)
 
 
 def _safe_name(text: str) -> str:
@@ -249,6 +291,13 @@ class Sandbox:
         self._free_slots: asyncio.Queue[int] = asyncio.Queue()
         for slot in range(self.settings.slots):
             self._free_slots.put_nowait(slot)
+        self.residents = ResidentPool(
+            residents=self.settings.residents, idle_s=self.settings.resident_idle_s
+        )
+        #: Memory (MiB) of the runs and busy scorers in flight.
+        self._running_mib = 0.0
+        #: Idle scorers being ended by their expiry.
+        self._ending: set[asyncio.Task[None]] = set()
 
     def _claim_block(self) -> int:
         """Lock the first free block (of uids and run dirs) on this host, for our life."""
@@ -318,6 +367,10 @@ class Sandbox:
         )
 
     def close(self) -> None:
+        for resident in self.residents.idle:
+            self.residents.remove(resident)
+            self._kill_tree(resident.proc.pid, resident.cgroup)
+            self._cleanup(resident.run_dir, resident.cgroup)
         if self._cgroups is not None:
             self._cgroups.close()
         with contextlib.suppress(OSError):
@@ -457,11 +510,110 @@ class Sandbox:
         except PayloadError as exc:
             return Outcome.invalid(f"invalid payload: {exc}")
         cap = stdout_cap or self.settings.output_cap
-        slot = await self._free_slots.get()
+        async with self._holding(assignment, launch=True):
+            slot = await self._take_slot()
+            try:
+                launch = self._launch(assignment, payload, language, main_name, slot)
+                if isinstance(launch, Outcome):
+                    return launch
+                # No await since the allocation was read: a shrink lands in it or in the cgroup.
+                key = (str(assignment["id"]), int(assignment["attempt"]))
+                if launch.cgroup is not None:
+                    self._run_cgroups[key] = launch.cgroup
+                try:
+                    return await self._execute(launch, payload.stdin, cap)
+                finally:
+                    self._run_cgroups.pop(key, None)
+                    await asyncio.to_thread(self._cleanup, launch.run_dir, launch.cgroup)
+            finally:
+                self._free_slots.put_nowait(slot)
+
+    async def score(
+        self,
+        assignment: Assignment,
+        files: dict[str, str],
+        samples: list[Any],
+        *,
+        warm_key: str | None,
+        stdout_cap: int,
+    ) -> Outcome:
+        """Score ``samples`` with the scorer in ``files`` (:mod:`resident`): a succeeded
+        outcome's ``stdout`` is the JSON list of scores.
+
+        With a ``warm_key`` the scorer is taken from the idle ones when one
+        matches, and kept idle after a batch that succeeded; without one it
+        is launched for this batch alone.
+        """
+        allocation = assignment.get("allocation") or {}
+        key = ResidentKey(
+            warm_key or "",
+            tuple(sorted((kind, float(amount)) for kind, amount in allocation.items())),
+            tuple(str(gpu) for gpu in assignment.get("gpus") or ()),
+        )
+        resident = self.residents.take(key) if warm_key else None
+        async with self._holding(assignment, launch=resident is None):
+            if resident is None:
+                launched = await self._launch_resident(assignment, files, key)
+                if isinstance(launched, Outcome):
+                    return launched
+                resident = launched
+            timeout = float(assignment.get("timeout_s") or self.settings.default_timeout_s)
+            try:
+                outcome = await self._batch(resident, samples, timeout, stdout_cap)
+            except BaseException:  # cancelled: nothing of it may outlive the batch
+                await self._end(resident)
+                raise
+            if outcome.state == "succeeded" and warm_key and self.residents.limit > 0:
+                for over in self.residents.keep(resident, self._expire):
+                    await self._end(over)
+            else:
+                await self._end(resident)
+            return outcome
+
+    # -- what runs hold -------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, assignment: Assignment, *, launch: bool) -> AsyncIterator[None]:
+        """Count the assignment's memory as the node's runs' while it runs; when it
+        ``launch``-es a process, first end the idle scorers in its way."""
+        allocation = assignment.get("allocation") or {}
+        memory_mib = float(allocation.get("memory") or self.settings.default_memory_mib)
+        self._running_mib += memory_mib
         try:
-            return await self._run_in_slot(assignment, payload, language, main_name, slot, cap)
+            if launch:
+                gpus = {str(gpu) for gpu in assignment.get("gpus") or ()}
+                for resident in self._in_the_way(gpus):
+                    await self._end(resident)
+            yield
         finally:
-            self._free_slots.put_nowait(slot)
+            self._running_mib -= memory_mib
+
+    def _in_the_way(self, gpus: set[str]) -> list[Resident]:
+        """Idle scorers to end before a launch on ``gpus``: those on any of them, then
+        the least recently used until the runs and the rest fit the node's memory."""
+        idle = self.residents.idle
+        ending = [resident for resident in idle if gpus.intersection(resident.key.gpus)]
+        capacity = self.settings.memory_mib
+        if capacity is not None:
+            kept = [resident for resident in idle if resident not in ending]
+            held = sum(resident.memory_mib for resident in kept)
+            for resident in kept:
+                if self._running_mib + held <= capacity + 1e-9:
+                    break
+                ending.append(resident)
+                held -= resident.memory_mib
+        for resident in ending:
+            self.residents.remove(resident)
+        return ending
+
+    async def _take_slot(self) -> int:
+        """A free slot, ending the least recently used idle scorer if it holds the last."""
+        if self._free_slots.empty() and (idle := self.residents.idle):
+            self.residents.remove(idle[0])
+            await self._end(idle[0])
+        return await self._free_slots.get()
+
+    # -- launching --------------------------------------------------------------
 
     def _prepare(
         self, run_dir: Path, payload: SandboxPayload, main_name: str, uid: int | None
@@ -491,21 +643,25 @@ class Sandbox:
             (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
         return work
 
-    async def _run_in_slot(
+    def _launch(
         self,
         assignment: Assignment,
         payload: SandboxPayload,
         language: Language,
         main_name: str,
         slot: int,
-        stdout_cap: int,
-    ) -> Outcome:
+        *,
+        cpu_s_per_core: float | None = None,
+    ) -> _Launch | Outcome:
+        """Everything a run needs but its process (its dir, cgroup and launcher spec),
+        or the outcome of a setup that failed. ``cpu_s_per_core`` replaces the
+        timeout as the CPU-seconds limit per core."""
         settings = self.settings
         allocation = assignment.get("allocation") or {}
         memory_mib = float(allocation.get("memory") or settings.default_memory_mib)
         cpus = float(allocation.get("cpu") or settings.default_cpus)
         timeout = float(assignment.get("timeout_s") or settings.default_timeout_s)
-        cpu_s = math.ceil(timeout * max(cpus, 1.0)) + 1
+        cpu_s = math.ceil((cpu_s_per_core or timeout) * max(cpus, 1.0)) + 1
         uid = None if self.uid_base is None else self.uid_base + slot
         run_name = "-".join(
             (_safe_name(str(assignment["id"])), str(assignment["attempt"]), secrets.token_hex(4))
@@ -520,7 +676,7 @@ class Sandbox:
                 )
         except OSError as exc:
             log.exception("sandbox setup failed for %s", assignment["id"])
-            await asyncio.to_thread(self._cleanup, run_dir, cgroup)
+            self._cleanup(run_dir, cgroup)
             return Outcome.invalid(f"sandbox setup failed: {exc}")
 
         gpus = [str(gpu) for gpu in assignment.get("gpus") or ()]
@@ -543,6 +699,7 @@ class Sandbox:
             "TANGRAM_BATCH_ID": assignment.get("batch_id") or "",
         }
         interpreter = settings.python if language == "python" else settings.bash
+        rlimits = self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib)
         if self._bwrap_modern is not None:
             env["HOME"] = SANDBOX_DIR
             argv = self._bwrap_argv(
@@ -554,47 +711,21 @@ class Sandbox:
                 devices=devices,
             )
             argv += [interpreter, main_name, *payload.args]
-            spec = self._spec(
-                argv,
-                env={},
-                uid=uid,
-                rlimits=self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib),
-                cgroup=cgroup,
-                cwd="/",
-            )
+            spec = self._spec(argv, env={}, uid=uid, rlimits=rlimits, cgroup=cgroup, cwd="/")
         else:
             env["HOME"] = str(work)
             spec = self._spec(
                 [interpreter, main_name, *payload.args],
                 env=env,
                 uid=uid,
-                rlimits=self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib),
+                rlimits=rlimits,
                 cgroup=cgroup,
                 cwd=str(work),
             )
-        # No await since the allocation was read: a shrink lands in it or in the cgroup.
-        key = (str(assignment["id"]), int(assignment["attempt"]))
-        if cgroup is not None:
-            self._run_cgroups[key] = cgroup
-        try:
-            return await self._execute(
-                spec, payload, cgroup, timeout, memory_mib, cpu_s, stdout_cap
-            )
-        finally:
-            self._run_cgroups.pop(key, None)
-            await asyncio.to_thread(self._cleanup, run_dir, cgroup)
+        return _Launch(spec, cgroup, run_dir, memory_mib, cpu_s, timeout)
 
-    async def _execute(
-        self,
-        spec: dict[str, Any],
-        payload: SandboxPayload,
-        cgroup: RunCgroup | None,
-        timeout: float,
-        memory_mib: float,
-        cpu_s: int,
-        stdout_cap: int,
-    ) -> Outcome:
-        started = time.time()
+    @staticmethod
+    async def _spawn(spec: dict[str, Any], *, limit: int = 2**16) -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
@@ -607,14 +738,154 @@ class Sandbox:
             start_new_session=True,
             env={},
             cwd="/",
+            limit=limit,
         )
         assert proc.stdin and proc.stdout and proc.stderr
+        return proc
+
+    # -- resident scorers --------------------------------------------------------
+
+    async def _launch_resident(
+        self, assignment: Assignment, files: dict[str, str], key: ResidentKey
+    ) -> Resident | Outcome:
+        payload = SandboxPayload(code=RESIDENT_RUNNER, stdin="", files=files, args=[])
+        slot = await self._take_slot()
+        launch = self._launch(
+            assignment, payload, "python", "main.py", slot, cpu_s_per_core=RESIDENT_CPU_S_PER_CORE
+        )
+        if isinstance(launch, Outcome):
+            self._free_slots.put_nowait(slot)
+            return launch
+        try:
+            proc = await self._spawn(launch.spec, limit=RESIDENT_REPLY_LIMIT)
+        except BaseException:
+            await asyncio.to_thread(self._cleanup, launch.run_dir, launch.cgroup)
+            self._free_slots.put_nowait(slot)
+            raise
+        assert proc.stderr is not None
+        stderr = BatchStderr(proc.stderr, self.settings.output_cap)
+        return Resident(
+            key=key,
+            proc=proc,
+            cgroup=launch.cgroup,
+            run_dir=launch.run_dir,
+            slot=slot,
+            memory_mib=launch.memory_mib,
+            cpu_s=launch.cpu_s,
+            stderr=stderr,
+            io_tasks=[asyncio.create_task(stderr.drain())],
+        )
+
+    async def _batch(
+        self, resident: Resident, samples: list[Any], timeout: float, stdout_cap: int
+    ) -> Outcome:
+        """One batch through ``resident``; the caller keeps or ends it after."""
+        proc = resident.proc
+        assert proc.stdin and proc.stdout
+        started = time.time()
+        resident.stderr.take()  # what it said while idle is nobody's
+        reply = b""
+        timed_out = too_long = False
+        try:
+            proc.stdin.write(json.dumps(samples).encode() + b"\n")
+            await proc.stdin.drain()
+            reply = await asyncio.wait_for(proc.stdout.readline(), timeout)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it died: its exit says why
+        except TimeoutError:
+            timed_out = True
+        except ValueError:  # over RESIDENT_REPLY_LIMIT
+            too_long = True
+        common: dict[str, Any] = {"started_at": started}
+        if reply.endswith(b"\n") and len(reply) <= stdout_cap and _scores_for(reply, samples):
+            try:
+                text, truncated = await asyncio.wait_for(resident.stderr.batches.get(), 5.0)
+            except TimeoutError:  # the marker never came: keep what there is
+                text, truncated = resident.stderr.take()
+            return Outcome(
+                state="succeeded",
+                exit_code=0,
+                stdout=reply.decode(errors="replace"),
+                stderr=text,
+                stderr_truncated=truncated,
+                finished_at=time.time(),
+                **common,
+            )
+        if timed_out:
+            await self._end(resident)
+            text, truncated = resident.stderr.take()
+            return Outcome(
+                state="timed_out",
+                error=f"timed out after {timeout:g} s; process tree killed",
+                stderr=text,
+                stderr_truncated=truncated,
+                finished_at=time.time(),
+                **common,
+            )
+        if too_long or reply.endswith(b"\n"):
+            await self._end(resident)
+            text, truncated = resident.stderr.take()
+            over = too_long or len(reply) > stdout_cap
+            return Outcome(
+                state="failed",
+                stdout_truncated=over,
+                stderr=text,
+                stderr_truncated=truncated,
+                error="the scores are over the output cap" if over else "unreadable scores",
+                finished_at=time.time(),
+                **common,
+            )
+        code = await proc.wait()
+        await self._end(resident)
+        text, truncated = resident.stderr.take()
+        exit_code = 128 - code if code < 0 else code
+        return Outcome(
+            state="failed",
+            exit_code=exit_code,
+            stderr=text,
+            stderr_truncated=truncated,
+            error=self._failure(
+                exit_code, text, resident.cgroup, resident.memory_mib, resident.cpu_s
+            ),
+            finished_at=time.time(),
+            **common,
+        )
+
+    async def _end(self, resident: Resident) -> None:
+        """Kill ``resident``'s processes, remove its dir and cgroup, free its slot; once."""
+        if resident.slot < 0:
+            return
+        slot, resident.slot = resident.slot, -1
+        proc = resident.proc
+        try:
+            await asyncio.to_thread(self._kill_tree, proc.pid, resident.cgroup)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.shield(proc.wait())
+            _, pending = await asyncio.wait(resident.io_tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.to_thread(self._cleanup, resident.run_dir, resident.cgroup)
+        finally:
+            self._free_slots.put_nowait(slot)
+
+    def _expire(self, resident: Resident) -> None:
+        if self.residents.remove(resident):
+            task = asyncio.get_running_loop().create_task(self._end(resident))
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+
+    async def _execute(self, launch: _Launch, stdin: str, stdout_cap: int) -> Outcome:
+        started = time.time()
+        proc = await self._spawn(launch.spec)
+        assert proc.stdin and proc.stdout and proc.stderr
+        cgroup, timeout = launch.cgroup, launch.timeout
         out = _CappedReader(proc.stdout, stdout_cap)
         err = _CappedReader(proc.stderr, self.settings.output_cap)
         io_tasks = [
             asyncio.create_task(out.drain()),
             asyncio.create_task(err.drain()),
-            asyncio.create_task(self._feed(proc.stdin, payload.stdin)),
+            asyncio.create_task(self._feed(proc.stdin, stdin)),
         ]
         timed_out = False
         try:
@@ -653,7 +924,9 @@ class Sandbox:
             return Outcome(state="succeeded", **common)
         return Outcome(
             state="failed",
-            error=self._failure(exit_code, common["stderr"], cgroup, memory_mib, cpu_s),
+            error=self._failure(
+                exit_code, common["stderr"], cgroup, launch.memory_mib, launch.cpu_s
+            ),
             **common,
         )
 

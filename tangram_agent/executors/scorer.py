@@ -10,6 +10,9 @@ which the members share. Members naming different scorers (rare: a batch key
 usually names one) run one scorer after another in the batch's allocation.
 
 The run is a ``sandbox.python`` run: the same isolation, limits and GPUs.
+The scorer stays loaded between batches where it can
+(:mod:`tangram_agent.executors.resident`), so a reward model loads once per
+node, not once per batch.
 """
 
 from __future__ import annotations
@@ -20,33 +23,12 @@ from dataclasses import replace
 from typing import Any
 
 from tangram_agent.executors.base import Outcome, PayloadError, cap_text
+from tangram_agent.executors.resident import COMPLAINT
 from tangram_agent.executors.sandbox import Sandbox
-from tangram_agent.protocol import Assignment, whole_batch
+from tangram_agent.protocol import Assignment, scorer_warm_key, whole_batch
 
-#: Files the run adds next to the payload's own: the scorer and the samples.
+#: The file the scorer's code is written to, next to the payload's own files.
 SCORER_FILE = "scorer.py"
-SAMPLES_FILE = "samples.json"
-#: What the runner prints before a complaint about what ``score`` returned.
-COMPLAINT = "tangram scorer: "
-
-RUNNER = f"""\
-import json, sys
-with open({SAMPLES_FILE!r}) as f:
-    samples = json.load(f)
-scores_out, sys.stdout = sys.stdout, sys.stderr  # the scorer's prints go to stderr
-sys.path.insert(0, "")
-from scorer import score
-scores = score(samples)
-try:
-    scores = list(scores)
-    text = json.dumps(scores)
-except (TypeError, ValueError) as exc:
-    sys.exit({COMPLAINT!r} + f"score() must return a list of JSON values: {{exc}}")
-if len(scores) != len(samples):
-    count = f"{{len(scores)}} scores for {{len(samples)}} samples"
-    sys.exit({COMPLAINT!r} + "score() returned " + count)
-scores_out.write(text)
-"""
 
 
 def scorer_key(payload: Mapping[str, Any]) -> str:
@@ -59,9 +41,8 @@ def scorer_key(payload: Mapping[str, Any]) -> str:
     files = payload.get("files", {})
     if not isinstance(files, dict):
         raise PayloadError("files must be an object of relative path to text")
-    taken = {SCORER_FILE, SAMPLES_FILE}.intersection(files)
-    if taken:
-        raise PayloadError(f"files: {sorted(taken)[0]!r} is the scorer's own")
+    if SCORER_FILE in files:
+        raise PayloadError(f"files: {SCORER_FILE!r} is the scorer's own")
     unknown = sorted(set(payload) - {"code", "sample", "files"})
     if unknown:
         raise PayloadError(f"{unknown[0]} is not a reward.python payload field")
@@ -95,33 +76,33 @@ class ScorerExecutor:
         return [outcome for outcome in outcomes if outcome is not None]
 
     async def _score(self, members: list[Assignment]) -> list[Outcome]:
-        """Run the members' scorer once on all their samples."""
+        """Score the members' samples in one batch of their scorer, resident where it can be."""
         first = whole_batch(members[0])
         payload = first["payload"]
-        samples = [member["payload"]["sample"] for member in members]
-        files = {
-            **payload.get("files", {}),
-            SCORER_FILE: payload["code"],
-            SAMPLES_FILE: json.dumps(samples),
-        }
+        files = {**payload.get("files", {}), SCORER_FILE: payload["code"]}
+        # Without its tenant (a server before protocol 4) a scorer is never kept.
+        tenant = first.get("tenant")
+        warm_key = None
+        if tenant is not None:
+            warm_key = scorer_warm_key(tenant, payload["code"], payload.get("files", {}))
         run: Assignment = {
             **first,
-            "payload": {"code": RUNNER, "files": files},
             "timeout_s": max(float(member.get("timeout_s") or 0) for member in members),
         }
         cap = self.sandbox.settings.output_cap
-        outcome = await self.sandbox.run(run, "python", stdout_cap=cap * len(members))
+        outcome = await self.sandbox.score(
+            run,
+            files,
+            [member["payload"]["sample"] for member in members],
+            warm_key=warm_key,
+            stdout_cap=cap * len(members),
+        )
         if outcome.state == "succeeded":
-            try:
-                scores = json.loads(outcome.stdout)
-            except ValueError:
-                if outcome.stdout_truncated:
-                    error = f"the scores are over {cap} bytes of JSON per sample"
-                else:  # something wrote to the real stdout (sys.__stdout__) too
-                    error = "the scores could not be read: the scorer wrote to stdout itself"
-                outcome = replace(outcome, state="failed", error=error)
-            else:
-                return [self._scored(outcome, score) for score in scores]
+            scores = json.loads(outcome.stdout)
+            return [self._scored(outcome, score) for score in scores]
+        if outcome.stdout_truncated:
+            error = f"the scores are over {cap} bytes of JSON per sample"
+            return [replace(outcome, error=error)] * len(members)
         return [self._failed(outcome)] * len(members)
 
     def _scored(self, run: Outcome, score: Any) -> Outcome:
