@@ -75,6 +75,12 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     parser.add_argument("--max-concurrency", type=int, default=64)
     parser.add_argument("--cgroup-parent", default=None, help="a delegated cgroup v2 dir")
     parser.add_argument("--shutdown-grace", type=float, default=30.0, help="seconds")
+    parser.add_argument(
+        "--residents", type=int, default=2, help="idle reward.python scorers kept loaded (0: none)"
+    )
+    parser.add_argument(
+        "--resident-idle", type=float, default=300.0, help="seconds an idle scorer is kept"
+    )
     parser.add_argument("--label", type=_label, action="append", default=[], help="KEY=VALUE")
     parser.add_argument("--log-level", default=env.get("TANGRAM_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
@@ -105,6 +111,8 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
             max_concurrency=args.max_concurrency,
             cgroup_parent=args.cgroup_parent,
             shutdown_grace_s=args.shutdown_grace,
+            residents=args.residents,
+            resident_idle_s=args.resident_idle,
         )
     except ValueError as exc:
         parser.error(str(exc))

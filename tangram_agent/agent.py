@@ -34,6 +34,7 @@ from tangram_agent.executors import (
     Outcome,
     Sandbox,
     ShrinkableExecutor,
+    WarmExecutor,
     build_executors,
 )
 from tangram_agent.protocol import (
@@ -119,6 +120,15 @@ class Agent:
             refs.append(ref)
         return refs
 
+    @property
+    def warm(self) -> list[str]:
+        """Warm-state keys this node holds now (resident scorers)."""
+        keys: set[str] = set()
+        for executor in self._executors.values():
+            if isinstance(executor, WarmExecutor):
+                keys.update(executor.warm_keys())
+        return sorted(keys)
+
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
@@ -130,6 +140,9 @@ class Agent:
             self._executors, self._sandbox = await asyncio.to_thread(
                 build_executors, self.config.executors, self.config.sandbox_settings()
             )
+        for executor in {id(e): e for e in self._executors.values()}.values():
+            if isinstance(executor, WarmExecutor):
+                executor.watch_warm(self._warm_changed)
         log.info(
             "agent %s starting: server=%s capacity=%s gpu_groups=%s executors=%s",
             self.config.name,
@@ -148,6 +161,9 @@ class Agent:
                 await connection
             for run in self._runs.values():
                 run.task.cancel()
+            for executor in self._executors.values():
+                if isinstance(executor, WarmExecutor):
+                    await executor.cool()
             if self._sandbox is not None:
                 self._sandbox.close()
             self.registered.clear()
@@ -226,7 +242,7 @@ class Agent:
             "node": self.config.name,
             "capacity": self.config.capacity,
             "executors": sorted(self._executors),
-            "warm": [],
+            "warm": self.warm,
             "labels": dict(self.config.labels),
             "running": self.running,
             "gpu_groups": [list(group) for group in self.config.gpu_groups],
@@ -264,13 +280,21 @@ class Agent:
     async def _heartbeat(self, ws: ClientConnection, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            message: Heartbeat = {
-                "type": "heartbeat",
-                "running": self.running,
-                "sent_at": time.time(),
-            }
             with contextlib.suppress(ConnectionClosed):
-                await ws.send(json.dumps(message))
+                await ws.send(json.dumps(self._heartbeat_message()))
+
+    def _heartbeat_message(self) -> Heartbeat:
+        return {
+            "type": "heartbeat",
+            "running": self.running,
+            "sent_at": time.time(),
+            "warm": self.warm,
+        }
+
+    def _warm_changed(self) -> None:
+        """Tell the server at once, so the next round places by what is warm now."""
+        if self._ws is not None:
+            self._send_soon(self._heartbeat_message())
 
     async def _send(self, message: Mapping[str, Any]) -> bool:
         ws = self._ws

@@ -188,6 +188,10 @@ class Shrink(TypedDict):
     units: int
 
 
+#: How a scorer's warm key starts: only the server puts one in an affinity.
+SCORER_WARM_PREFIX = "scorer:"
+
+
 def scorer_warm_key(tenant: str, code: str, files: Mapping[str, str]) -> str:
     """The warm-state key of a tenant's ``reward.python`` scorer (its code and files).
 
@@ -197,7 +201,7 @@ def scorer_warm_key(tenant: str, code: str, files: Mapping[str, str]) -> str:
     another's scorer: a resident scorer has seen its tenant's samples.
     """
     text = json.dumps([tenant, code, dict(files)], sort_keys=True)
-    return "scorer:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    return SCORER_WARM_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def whole_batch(assignment: Assignment) -> Assignment:

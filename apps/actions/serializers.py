@@ -12,6 +12,7 @@ from rest_framework import serializers
 from apps.actions.models import Action
 from apps.actions.types import ACTION_TYPES, is_resource_kind
 from apps.core.exceptions import ApplicationError
+from tangram_agent.protocol import SCORER_WARM_PREFIX
 
 
 class ElasticitySerializer(serializers.Serializer):
@@ -48,7 +49,12 @@ class ActionInputSerializer(serializers.Serializer):
         "min_units, and speedup follows Amdahl's law with parallel_fraction.",
     )
     affinity = serializers.ListField(
-        child=serializers.CharField(max_length=200), max_length=16, default=list
+        child=serializers.CharField(max_length=200),
+        max_length=16,
+        default=list,
+        help_text="Warm-state keys (an image, a model) of the nodes it prefers. The server adds "
+        "a reward.python action's scorer key (scorer:<digest>); keys starting with scorer: "
+        "are reserved.",
     )
     batch_key = serializers.CharField(
         max_length=200,
@@ -101,6 +107,14 @@ class ActionInputSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return {kind: float(amount) for kind, amount in value.items()}
+
+    def validate_affinity(self, value: list[str]) -> list[str]:
+        if any(key.startswith(SCORER_WARM_PREFIX) for key in value):
+            raise serializers.ValidationError(
+                f"Keys starting with {SCORER_WARM_PREFIX!r} are reserved: the server adds "
+                "a reward.python action's own."
+            )
+        return value
 
     def validate_timeout_s(self, value: float) -> float:
         if value > settings.TANGRAM_MAX_TIMEOUT_S:

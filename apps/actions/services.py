@@ -31,7 +31,7 @@ from apps.core.exceptions import ApplicationError, ConflictError
 from apps.inventory import selectors as inventory_selectors
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import quota_list
-from tangram_agent.protocol import RESULT_STATES, Result
+from tangram_agent.protocol import RESULT_STATES, Result, scorer_warm_key
 from tangram_policy.estimate import stat_update, work_at_min_units
 from tangram_policy.types import DurationStat, Elasticity
 
@@ -61,11 +61,32 @@ def _check_fits(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) 
                 )
 
 
+def _with_scorer_affinity(*, tenant: Tenant, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ``reward.python`` spec with its scorer's warm key added to its affinity.
+
+    Agents report the key while they keep that scorer resident, so the policy
+    sends its next calls where it is loaded instead of loading it again.
+    """
+    if spec["type"] != "reward.python":
+        return spec
+    payload = spec["payload"]
+    key = scorer_warm_key(str(tenant.pk), payload["code"], payload.get("files", {}))
+    return {**spec, "affinity": list(dict.fromkeys([*spec.get("affinity", []), key]))}
+
+
 @transaction.atomic
 def actions_submit(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: bool) -> list[Action]:
     _check_fits(tenant=tenant, specs=specs, bulk=bulk)
     now = timezone.now()
-    actions = [Action(id=uuid.uuid4(), tenant=tenant, submitted_at=now, **spec) for spec in specs]
+    actions = [
+        Action(
+            id=uuid.uuid4(),
+            tenant=tenant,
+            submitted_at=now,
+            **_with_scorer_affinity(tenant=tenant, spec=spec),
+        )
+        for spec in specs
+    ]
     Action.objects.bulk_create(actions)
     ActionEvent.objects.bulk_create(
         ActionEvent(action=a, state=ActionState.QUEUED, attempt=1, at=a.submitted_at)

@@ -26,6 +26,12 @@ class NodeListApi(APIView):
         used = serializers.DictField(child=serializers.FloatField())
         free = serializers.DictField(child=serializers.FloatField())
         executors = serializers.ListField(source="node.executors", child=serializers.CharField())
+        warm = serializers.ListField(
+            source="node.warm",
+            child=serializers.CharField(),
+            help_text="Warm-state keys it holds (resident scorers: scorer:<digest>); the "
+            "scheduler prefers it for actions whose affinity they cover.",
+        )
         gpu_groups = serializers.ListField(
             source="node.gpu_groups",
             child=serializers.ListField(child=serializers.CharField()),

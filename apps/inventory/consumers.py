@@ -101,7 +101,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             elif kind == "heartbeat":
                 self._sample_clock(content)
                 resend, stale, shrinks = await database_sync_to_async(services.node_heartbeat)(
-                    node_id=self.node_id, running=content.get("running", [])
+                    node_id=self.node_id,
+                    running=content.get("running", []),
+                    warm=content.get("warm"),
                 )
                 await self._send_assignments(resend, stale)
                 for shrink in shrinks:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,12 @@ from apps.inventory.models import AgentToken, Node
 from apps.tenants.services import token_digest
 from tangram_agent.gpus import check_gpu_groups
 from tangram_agent.protocol import ActionRef, Assignment, Register
+
+logger = logging.getLogger(__name__)
+
+#: The most warm-state keys a node may report, and the longest key.
+MAX_WARM_KEYS = 64
+MAX_WARM_KEY_LENGTH = 200
 
 
 @transaction.atomic
@@ -46,6 +53,7 @@ ASSIGNMENT_FIELDS = (
     "batch_id",
     "batch_size",
     "node",
+    "tenant",
 )
 
 
@@ -75,6 +83,7 @@ def assignment_of(action: Action) -> Assignment:
         "gpus": action.gpus,
         "batch_id": action.batch_id or None,
         "batch_size": action.batch_size,
+        "tenant": str(action.tenant_id),
     }
 
 
@@ -99,6 +108,30 @@ def _checked_gpu_groups(message: Register) -> list[list[str]]:
             field="gpu_groups",
         )
     return groups
+
+
+def _checked_warm(node: Any, warm: Any) -> list[str] | None:
+    """``warm`` if it is a list of at most MAX_WARM_KEYS keys, each a string of at most
+    MAX_WARM_KEY_LENGTH characters; else None, with a warning.
+
+    A malformed report is ignored rather than refused: warm state only steers
+    placement, and dropping the agent for it would lose its running actions.
+    """
+    if (
+        isinstance(warm, list)
+        and len(warm) <= MAX_WARM_KEYS
+        and all(isinstance(key, str) and len(key) <= MAX_WARM_KEY_LENGTH for key in warm)
+    ):
+        return warm
+    logger.warning(
+        "node %s: ignoring malformed warm (not a list of at most %d strings of at most %d "
+        "characters): %.200r",
+        node,
+        MAX_WARM_KEYS,
+        MAX_WARM_KEY_LENGTH,
+        warm,
+    )
+    return None
 
 
 def _held(running: list[ActionRef]) -> set[tuple[str, int]]:
@@ -129,13 +162,15 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
     not add up is refused before anything is stored.
     """
     gpu_groups = _checked_gpu_groups(message)
+    # A restarted agent holds no resident scorer from before: malformed means none.
+    warm = _checked_warm(message["node"], message.get("warm", [])) or []
     now = timezone.now()
     node, created = Node.objects.select_for_update().get_or_create(
         name=message["node"],
         defaults={
             "capacity": message["capacity"],
             "executors": message["executors"],
-            "warm": message.get("warm", []),
+            "warm": warm,
             "labels": message.get("labels", {}),
             "gpu_groups": gpu_groups,
             "protocol": message["protocol"],
@@ -145,7 +180,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
     if not created:
         node.capacity = message["capacity"]
         node.executors = message["executors"]
-        node.warm = message.get("warm", [])
+        node.warm = warm
         node.labels = message.get("labels", {})
         node.gpu_groups = gpu_groups
         node.protocol = message["protocol"]
@@ -175,10 +210,15 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
 
 @transaction.atomic
 def node_heartbeat(
-    *, node_id: Any, running: list[ActionRef]
+    *, node_id: Any, running: list[ActionRef], warm: Any = None
 ) -> tuple[list[Assignment], list[ActionRef], list[dict[str, Any]]]:
-    """Renew the lease; return what the agent lacks, what it should stop, and
+    """Renew the lease, store the node's ``warm`` keys (protocol 4; None: an older
+    agent, left as it is); return what the agent lacks, what it should stop, and
     the shrinks it missed.
+
+    ``warm`` is written with the lease in one UPDATE, changed or not: the row is
+    rewritten for ``last_seen_at`` anyway, and nothing shown or scheduled needs
+    telling (the dashboard does not show it; new warm state frees no room).
 
     Assignments older than two heartbeats that the agent does not hold were
     lost in transit (a Redis blip) and are sent again; the agent ignores one it
@@ -186,7 +226,10 @@ def node_heartbeat(
     A run it holds to more cores than its action now has missed its shrink.
     """
     now = timezone.now()
-    Node.objects.filter(pk=node_id).update(last_seen_at=now, state=Node.State.ONLINE)
+    renewed: dict[str, Any] = {"last_seen_at": now, "state": Node.State.ONLINE}
+    if warm is not None and (checked := _checked_warm(node_id, warm)) is not None:
+        renewed["warm"] = checked
+    Node.objects.filter(pk=node_id).update(**renewed)
     held = _held(running)
     cutoff = now - timedelta(seconds=settings.TANGRAM_HEARTBEAT_S * 2)
     resend = [

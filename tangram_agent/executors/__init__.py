@@ -9,6 +9,7 @@ from tangram_agent.executors.base import (
     Outcome,
     PayloadError,
     ShrinkableExecutor,
+    WarmExecutor,
 )
 from tangram_agent.executors.sandbox import Sandbox, SandboxExecutor, SandboxSettings
 from tangram_agent.executors.scorer import ScorerExecutor
@@ -29,6 +30,7 @@ __all__ = [
     "ScorerExecutor",
     "ShrinkableExecutor",
     "SleepExecutor",
+    "WarmExecutor",
     "build_executors",
 ]
 

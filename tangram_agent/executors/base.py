@@ -9,7 +9,7 @@ executor must stop its work (kill processes, remove files) before letting
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -55,6 +55,24 @@ class ShrinkableExecutor(Executor, Protocol):
 
     def shrink(self, assignment: Assignment) -> None:
         """Throttle ``assignment``'s run, if launched, to its (just lowered) ``cpu``."""
+        ...
+
+
+@runtime_checkable
+class WarmExecutor(Executor, Protocol):
+    """An executor that keeps state warm between runs (a loaded scorer), which the
+    agent reports so that the policy places the next runs that want it here."""
+
+    def warm_keys(self) -> list[str]:
+        """The warm-state keys this node holds now."""
+        ...
+
+    def watch_warm(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` whenever ``warm_keys`` changes."""
+        ...
+
+    async def cool(self) -> None:
+        """End what is kept warm: the agent is stopping."""
         ...
 
 

@@ -147,7 +147,7 @@ class ResidentPool:
         self.idle_s = idle_s
         self._idle: OrderedDict[Resident, None] = OrderedDict()
         #: Called (no arguments) whenever the warm keys change.
-        self.on_change: list[Callable[[], Any]] = []
+        self.on_change: list[Callable[[], object]] = []
         self._warm: list[str] = []
 
     @property

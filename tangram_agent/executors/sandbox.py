@@ -367,6 +367,7 @@ class Sandbox:
         )
 
     def close(self) -> None:
+        # Idle scorers left by an event loop that did not end them (end_residents).
         for resident in self.residents.idle:
             self.residents.remove(resident)
             self._kill_tree(resident.proc.pid, resident.cgroup)
@@ -858,6 +859,8 @@ class Sandbox:
         slot, resident.slot = resident.slot, -1
         proc = resident.proc
         try:
+            if proc.stdin is not None:
+                proc.stdin.close()
             await asyncio.to_thread(self._kill_tree, proc.pid, resident.cgroup)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -868,6 +871,12 @@ class Sandbox:
             await asyncio.to_thread(self._cleanup, resident.run_dir, resident.cgroup)
         finally:
             self._free_slots.put_nowait(slot)
+
+    async def end_residents(self) -> None:
+        """End every idle scorer."""
+        for resident in self.residents.idle:
+            self.residents.remove(resident)
+            await self._end(resident)
 
     def _expire(self, resident: Resident) -> None:
         if self.residents.remove(resident):

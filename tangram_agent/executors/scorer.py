@@ -18,7 +18,7 @@ node, not once per batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -52,6 +52,15 @@ def scorer_key(payload: Mapping[str, Any]) -> str:
 class ScorerExecutor:
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
+
+    def warm_keys(self) -> list[str]:
+        return self.sandbox.residents.warm_keys()
+
+    def watch_warm(self, callback: Callable[[], object]) -> None:
+        self.sandbox.residents.on_change.append(callback)
+
+    async def cool(self) -> None:
+        await self.sandbox.end_residents()
 
     async def execute(self, assignment: Assignment) -> Outcome:
         """A batch of one."""

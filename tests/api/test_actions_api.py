@@ -8,7 +8,8 @@ from rest_framework.test import APIClient
 from apps.actions.models import Action, ActionEvent
 from apps.tenants.models import ApiToken
 from apps.tenants.services import quota_set, token_revoke
-from tests.factories import ActionFactory, NodeFactory
+from tangram_agent.protocol import scorer_warm_key
+from tests.factories import ActionFactory, NodeFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -308,6 +309,62 @@ def test_nodes_show_their_gpu_groups_and_protocol(staff_client):
     NodeFactory(capacity={"cpu": 4, "gpu": 2}, gpu_groups=[["0"], ["1"]], protocol=2)
     (shown,) = staff_client.get("/api/v1/nodes").json()
     assert (shown["gpu_groups"], shown["protocol"]) == ([["0"], ["1"]], 2)
+
+
+SCORER = "def score(samples):\n    return [1.0 for _ in samples]\n"
+REWARD = {
+    "type": "reward.python",
+    "payload": {"code": SCORER, "sample": 1, "files": {"rm/config.json": "{}"}},
+}
+
+
+def test_a_reward_action_is_affine_to_its_tenants_scorer(owner, stranger, node):
+    key = scorer_warm_key(str(owner.tenant.pk), SCORER, {"rm/config.json": "{}"})
+    body = {**REWARD, "affinity": ["image:py", "model:rm"]}
+    response = owner.client.post(URL, body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["affinity"] == ["image:py", "model:rm", key]
+    assert Action.objects.get().affinity == ["image:py", "model:rm", key]
+
+    # Another tenant's scorer of the same code and files has a key of its own;
+    # other files make another scorer.
+    others = [
+        (stranger.client, REWARD),
+        (owner.client, {**REWARD, "payload": {**REWARD["payload"], "files": {}}}),
+    ]
+    for client, other in others:
+        (other_key,) = client.post(URL, other, format="json").json()["affinity"]
+        assert other_key.startswith("scorer:") and other_key != key
+    stranger_key = scorer_warm_key(str(stranger.tenant.pk), SCORER, {"rm/config.json": "{}"})
+    assert Action.objects.filter(tenant=stranger.tenant).get().affinity == [stranger_key]
+    # Other types get no scorer key.
+    assert owner.client.post(URL, PY, format="json").json()["affinity"] == []
+
+
+@pytest.mark.parametrize("body", [REWARD, PY])
+def test_a_clients_scorer_key_is_refused_naming_affinity(owner, node, body):
+    taken = scorer_warm_key(str(TenantFactory().pk), SCORER, {"rm/config.json": "{}"})
+    response = owner.client.post(URL, {**body, "affinity": ["image:py", taken]}, format="json")
+    assert response.status_code == 400, response.json()
+    assert response.json()["errors"] == {
+        "affinity": [
+            "Keys starting with 'scorer:' are reserved: the server adds a reward.python "
+            "action's own."
+        ]
+    }
+    specs = [REWARD, {**REWARD, "affinity": [taken]}]
+    response = owner.client.post(URL, specs, format="json")
+    assert response.status_code == 400, response.json()
+    assert list(response.json()["errors"]) == ["1.affinity"]
+    assert Action.objects.count() == 0
+
+
+def test_nodes_show_their_warm_keys(staff_client):
+    key = scorer_warm_key("1", SCORER, {})
+    NodeFactory(name="warm", warm=["image:py", key])
+    NodeFactory(name="cold")
+    shown = {node["name"]: node["warm"] for node in staff_client.get("/api/v1/nodes").json()}
+    assert shown == {"cold": [], "warm": ["image:py", key]}
 
 
 def _waiting(owner, action_id):

@@ -12,7 +12,7 @@ from apps.actions.models import Action, ActionEvent
 from apps.inventory.models import Node
 from apps.inventory.services import agent_token_issue
 from apps.scheduling.services import schedule_round
-from tangram_agent.protocol import PROTOCOL_VERSION
+from tangram_agent.protocol import PROTOCOL_VERSION, scorer_warm_key
 from tangram_web.asgi import application
 from tests.factories import ActionFactory, succeeded_result
 
@@ -72,6 +72,7 @@ async def test_register_assign_started_result_ack(agent_token):
     assign = await communicator.receive_json_from(timeout=5)
     assert assign["type"] == "assign" and assign["action"]["id"] == str(action.pk)
     assert assign["action"]["allocation"] == {"cpu": 1}
+    assert assign["action"]["tenant"] == str(action.tenant_id)
 
     now = time.time()
     await communicator.send_json_to(
@@ -320,4 +321,72 @@ async def test_a_heartbeat_showing_a_lost_shrink_gets_it_again(agent_token):
     for running in ([{**ref, "cpu": 1.0}], [ref]):
         await communicator.send_json_to({"type": "heartbeat", "running": running})
         assert await communicator.receive_nothing(timeout=0.5)
+    await communicator.disconnect()
+
+
+async def _node_warm(name: str = "node-x") -> list[str]:
+    return (await database_sync_to_async(Node.objects.get)(name=name)).warm
+
+
+async def _heartbeat_is_answered(communicator: WebsocketCommunicator) -> None:
+    """The connection still works: a heartbeat holding a cancelled run gets its cancel."""
+    action = await database_sync_to_async(ActionFactory)(state="cancelled")
+    ref = {"action": str(action.pk), "attempt": 1}
+    await communicator.send_json_to({"type": "heartbeat", "running": [ref]})
+    assert await communicator.receive_json_from(timeout=5) == {"type": "cancel", **ref}
+
+
+async def test_a_heartbeats_warm_keys_are_stored_and_one_without_them_leaves_them(agent_token):
+    key = scorer_warm_key("1", "def score(samples): ...", {})
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({**_register(), "warm": ["image:py"]})
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    assert await _node_warm() == ["image:py"]
+
+    await communicator.send_json_to({"type": "heartbeat", "running": [], "warm": [key]})
+    assert await communicator.receive_nothing(timeout=0.5)
+    assert await _node_warm() == [key]
+    # An agent older than protocol 4 sends no warm: what is stored stays.
+    await communicator.send_json_to({"type": "heartbeat", "running": []})
+    assert await communicator.receive_nothing(timeout=0.5)
+    assert await _node_warm() == [key]
+    # The scorer was let go: the node is warm with nothing.
+    await communicator.send_json_to({"type": "heartbeat", "running": [], "warm": []})
+    assert await communicator.receive_nothing(timeout=0.5)
+    assert await _node_warm() == []
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "warm",
+    [
+        "scorer:abc",
+        {"scorer:abc": True},
+        [1],
+        [None],
+        [["scorer:abc"]],
+        ["x" * 201],
+        [f"scorer:{i}" for i in range(65)],
+    ],
+)
+async def test_a_malformed_warm_is_ignored_and_the_agent_stays_connected(agent_token, caplog, warm):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({**_register(), "warm": ["image:py"]})
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    await communicator.send_json_to({"type": "heartbeat", "running": [], "warm": warm})
+    await _heartbeat_is_answered(communicator)
+    assert await _node_warm() == ["image:py"]
+    assert "ignoring malformed warm" in caplog.text
+    # Then a well-formed one, on the same connection, is stored.
+    await communicator.send_json_to({"type": "heartbeat", "running": [], "warm": ["x" * 200]})
+    await _heartbeat_is_answered(communicator)
+    assert await _node_warm() == ["x" * 200]
+    await communicator.disconnect()
+
+
+async def test_a_register_with_a_malformed_warm_registers_warm_with_nothing(agent_token):
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({**_register(), "warm": "image:py"})
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    assert await _node_warm() == []
     await communicator.disconnect()

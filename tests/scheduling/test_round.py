@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 from django.db import connection
 
 from apps.actions.models import Action, ActionEvent
 from apps.actions.selectors import placed_usage
+from apps.actions.services import actions_submit
 from apps.inventory.services import nodes_reap_lost
 from apps.scheduling.selectors import scheduling_snapshot
 from apps.scheduling.services import WRITE_CHUNK, _assign, schedule_round
 from apps.tenants.services import quota_set
+from tangram_agent.protocol import scorer_warm_key
 from tangram_policy.registry import get_policy
 from tangram_policy.types import Placement
 from tests.factories import ActionFactory, NodeFactory, TenantFactory
@@ -168,6 +171,36 @@ def test_affinity_prefers_the_warm_node(settings):
     schedule_round()
     action.refresh_from_db()
     assert action.node == warm
+
+
+def test_a_reward_action_goes_where_its_scorer_is_resident(settings):
+    """Two equal nodes; the cold one sorts first, so it takes a scorer no node holds
+    (and is the tighter fit after that): the next call of the resident scorer still
+    goes to the node that holds it."""
+    settings.TANGRAM_POLICY = "tangram"
+    tenant, other = TenantFactory(), TenantFactory()
+    code = "def score(samples):\n    return [0.0] * len(samples)\n"
+    spec = {
+        "type": "reward.python",
+        "payload": {"code": code, "sample": 1},
+        "demand": {"cpu": 1, "memory": 1024},
+        "timeout_s": 60,
+    }
+    cold = NodeFactory(id=uuid.UUID(int=1), name="a-cold", capacity={"cpu": 4, "memory": 8192})
+    warm = NodeFactory(
+        id=uuid.UUID(int=2),
+        name="b-warm",
+        capacity={"cpu": 4, "memory": 8192},
+        warm=[scorer_warm_key(str(tenant.pk), code, {})],
+    )
+    (elsewhere,) = actions_submit(tenant=other, specs=[spec], bulk=False)
+    assert schedule_round().placed == 1
+    elsewhere.refresh_from_db()
+    assert elsewhere.node == cold  # another tenant's scorer: not resident anywhere
+    (resident,) = actions_submit(tenant=tenant, specs=[spec], bulk=False)
+    assert schedule_round().placed == 1
+    resident.refresh_from_db()
+    assert resident.node == warm
 
 
 def test_a_large_round_writes_every_placement_as_decided(settings):
