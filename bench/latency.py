@@ -38,7 +38,8 @@ def _pct(values: list[float], p: float) -> float:
 
 
 @contextmanager
-def embedded_server() -> Iterator[tuple[str, str]]:
+def embedded_server(*serve_args: str) -> Iterator[tuple[str, str]]:
+    """The embedded mode on a free port (``serve_args`` go to ``tangram_serve``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -52,7 +53,7 @@ def embedded_server() -> Iterator[tuple[str, str]]:
         }
         env.pop("REDIS_URL", None)
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "tangram_serve", "--port", str(port)],
+            [sys.executable, "manage.py", "tangram_serve", "--port", str(port), *serve_args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -75,12 +76,13 @@ def embedded_server() -> Iterator[tuple[str, str]]:
 
 
 @contextmanager
-def target(url: str | None, token: str | None) -> Iterator[tuple[str, str]]:
-    """The deployment at ``url`` (with ``token``), or else the embedded mode, started here."""
+def target(url: str | None, token: str | None, *serve_args: str) -> Iterator[tuple[str, str]]:
+    """The deployment at ``url`` (with ``token``), or else the embedded mode, started here
+    with ``serve_args``."""
     if url:
         yield url, token or ""
     else:
-        with embedded_server() as server:
+        with embedded_server(*serve_args) as server:
             yield server
 
 

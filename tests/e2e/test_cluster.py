@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -234,6 +235,63 @@ def test_a_reward_batch_on_a_killed_agent_is_scored_again_elsewhere(tmp_path):
     assert [s["length"] for s in scores] == [1, 2, 3, 4, 5, 6]
     assert len({s["run"] for s in scores}) == 1 and {s["of"] for s in scores} == {6}
     assert len(events) == 6 and set(events.values()) == {1}
+
+
+def _sandbox_processes() -> list[int]:
+    """Host pids running as a sandbox slot uid (agents' blocks start at uid 60000)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue
+        uid = next(int(line.split()[1]) for line in text.splitlines() if line.startswith("Uid:"))
+        if 60000 <= uid < 60000 + 64 * 1024 and "\nState:\tZ" not in text:
+            found.append(int(status.parent.name))
+    return found
+
+
+def test_a_scorer_stays_loaded_for_its_tenants_next_calls(tmp_path):
+    """Calls one after another, as a trainer's steps make them: the scorer loads once, its
+    node reports it warm, the next calls go there and skip the load; a kill -9 of the
+    agent takes the idle scorer with it."""
+    with (
+        running_cluster(tmp_path, agents=["small"]) as cluster,
+        Client(cluster.base_url, cluster.tenant_token) as client,
+    ):
+        cluster.start_agent("large", cpu=4)
+        wait_for(lambda: "large" in cluster.online_nodes(), 30, "the large agent to register")
+        demand = {"cpu": 2, "memory": 600}
+        # Best fit puts 2 cores on the small node: hold it, so the first call loads on the large.
+        (hold,) = client.submit_many(
+            [{"type": "sleep", "payload": {"seconds": 3}, "demand": demand}]
+        )
+        wait_for(lambda: client.get(hold.id).state == "running", 30, "the hold to run")
+        first = client.run("reward.python", {"code": SCORER, "sample": "a"}, demand=demand)
+        assert (first.ok, first.node, client.get(hold.id).node) == (True, "large", "small")
+        ((affinity,),) = cluster.sql("SELECT affinity FROM actions_action WHERE id = %s", first.id)
+        (key,) = [k for k in affinity if k.startswith("scorer:")]
+
+        def warm_on() -> str | None:
+            rows = cluster.sql(
+                "SELECT name FROM inventory_node WHERE warm @> %s::jsonb", json.dumps([key])
+            )
+            return rows[0][0] if rows else None
+
+        assert wait_for(warm_on, 30, "the scorer's node to report it warm") == "large"
+        client.wait(hold.id, timeout=30)
+        # Best fit alone would now pick the small node again; the warm scorer wins.
+        later = [
+            client.run("reward.python", {"code": SCORER, "sample": "b" * n}, demand=demand)
+            for n in range(1, 5)
+        ]
+        assert all(a.ok for a in later), [(a.state, a.error) for a in later]
+        assert {a.node for a in later} == {"large"}
+        runs = {json.loads(a.stdout)["run"] for a in [first, *later]}
+        assert len(runs) == 1, "every call was scored by the one loaded scorer"
+        assert _sandbox_processes(), "the idle scorer is still loaded"
+        cluster.kill("large")
+        wait_for(lambda: not _sandbox_processes(), 10, "the idle scorer to die with its agent")
 
 
 #: Three processes burn CPU for 14 s; prints the CPU seconds they got in each wall-clock second.

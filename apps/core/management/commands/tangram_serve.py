@@ -29,6 +29,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-agent", action="store_true", help="do not start a local agent")
         parser.add_argument("--agent-cpu", type=float, default=None, help="cores to offer")
         parser.add_argument("--agent-memory", type=float, default=None, help="MiB to offer")
+        parser.add_argument(
+            "--agent-residents",
+            type=int,
+            default=None,
+            help="idle reward.python scorers the agent keeps loaded (0: none)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.TANGRAM_SCHEDULER != "inprocess":
@@ -104,7 +110,11 @@ class Command(BaseCommand):
 
         sizes = {
             k: v
-            for k, v in (("cpu", options["agent_cpu"]), ("memory_mib", options["agent_memory"]))
+            for k, v in (
+                ("cpu", options["agent_cpu"]),
+                ("memory_mib", options["agent_memory"]),
+                ("residents", options["agent_residents"]),
+            )
             if v is not None
         }
         return Agent(AgentConfig(server=base, token=token, name="local", **sizes))
