@@ -15,7 +15,8 @@ its sandbox slot, when more than ``residents`` are idle, and after
 ``resident_idle_s`` idle. A scorer is reused only by its own tenant, for the
 same code and files, with the same allocation and GPU ids it was launched
 with (its environment and device files are fixed at its start); any other
-batch launches a new one.
+batch launches a new one. One that exits while idle is ended and no longer
+reported warm.
 
 A batch that fails (the scorer raised, or answered with the wrong count),
 times out or is cancelled ends its scorer: the next batch starts clean.
@@ -132,6 +133,8 @@ class Resident:
     io_tasks: list[asyncio.Task[None]]
     #: Pending eviction of an idle scorer (``resident_idle_s``).
     expiry: asyncio.TimerHandle | None = None
+    #: Ends it if it exits while idle.
+    watcher: asyncio.Task[None] | None = None
     idle_since: float = field(default_factory=time.monotonic)
 
 
@@ -161,7 +164,8 @@ class ResidentPool:
     def take(self, key: ResidentKey) -> Resident | None:
         """An idle scorer for ``key``, now the caller's, or None."""
         for resident in self._idle:
-            if resident.key == key:
+            # One that just exited is its watcher's to end.
+            if resident.key == key and resident.proc.returncode is None:
                 self.remove(resident)
                 return resident
         return None

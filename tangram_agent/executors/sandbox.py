@@ -765,7 +765,7 @@ class Sandbox:
             raise
         assert proc.stderr is not None
         stderr = BatchStderr(proc.stderr, self.settings.output_cap)
-        return Resident(
+        resident = Resident(
             key=key,
             proc=proc,
             cgroup=launch.cgroup,
@@ -776,6 +776,15 @@ class Sandbox:
             stderr=stderr,
             io_tasks=[asyncio.create_task(stderr.drain())],
         )
+        resident.watcher = asyncio.create_task(self._watch(resident))
+        return resident
+
+    async def _watch(self, resident: Resident) -> None:
+        """An idle scorer that exits by itself (it crashed, the OOM killer took it) is
+        ended at once, and no longer reported warm."""
+        await resident.proc.wait()
+        if self.residents.remove(resident):
+            await self._end(resident)
 
     async def _batch(
         self, resident: Resident, samples: list[Any], timeout: float, stdout_cap: int
@@ -787,10 +796,15 @@ class Sandbox:
         resident.stderr.take()  # what it said while idle is nobody's
         reply = b""
         timed_out = too_long = False
-        try:
+
+        async def exchange() -> bytes:
+            assert proc.stdin and proc.stdout
             proc.stdin.write(json.dumps(samples).encode() + b"\n")
             await proc.stdin.drain()
-            reply = await asyncio.wait_for(proc.stdout.readline(), timeout)
+            return await proc.stdout.readline()
+
+        try:
+            reply = await asyncio.wait_for(exchange(), timeout)
         except (BrokenPipeError, ConnectionResetError):
             pass  # it died: its exit says why
         except TimeoutError:

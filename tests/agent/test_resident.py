@@ -258,3 +258,20 @@ def test_an_idle_scorer_is_ended_after_its_idle_time(box_with: Callable[..., San
         assert sandbox_processes(box) == []
 
     arun_on(box, scenario)
+
+
+def test_an_idle_scorer_that_exits_by_itself_is_no_longer_warm(box: Sandbox) -> None:
+    async def scenario() -> None:
+        dying = SCORER + "import os, threading\nthreading.Timer(1.0, os._exit, [3]).start()\n"
+        assignment = member("s", 1, memory=64)
+        warm_key = scorer_warm_key("t1", dying, {})
+        outcome = await box.score(
+            assignment, {"scorer.py": dying}, [1], warm_key=warm_key, stdout_cap=65536
+        )
+        assert outcome.state == "succeeded", outcome
+        assert box.residents.warm_keys() == [warm_key]
+        await asyncio.sleep(2.0)
+        assert box.residents.warm_keys() == []
+        assert sandbox_processes(box) == []
+
+    arun_on(box, scenario)
