@@ -48,6 +48,8 @@ class NodeView(TypedDict):
     capacity: dict[str, float]
     used: dict[str, float]
     free: dict[str, float]
+    #: Warm-state keys the node's agent reports (resident scorers: ``scorer:<digest>``).
+    warm: list[str]
     #: Assigned and running actions, oldest assignment first, at most NODE_ACTIONS_CAP.
     actions: list[PlacedActionView]
     actions_total: int

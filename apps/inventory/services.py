@@ -216,9 +216,8 @@ def node_heartbeat(
     agent, left as it is); return what the agent lacks, what it should stop, and
     the shrinks it missed.
 
-    ``warm`` is written with the lease in one UPDATE, changed or not: the row is
-    rewritten for ``last_seen_at`` anyway, and nothing shown or scheduled needs
-    telling (the dashboard does not show it; new warm state frees no room).
+    A change of ``warm`` refreshes the dashboards (which show it); it frees no
+    room, so no scheduling round is woken.
 
     Assignments older than two heartbeats that the agent does not hold were
     lost in transit (a Redis blip) and are sent again; the agent ignores one it
@@ -226,10 +225,13 @@ def node_heartbeat(
     A run it holds to more cores than its action now has missed its shrink.
     """
     now = timezone.now()
-    renewed: dict[str, Any] = {"last_seen_at": now, "state": Node.State.ONLINE}
-    if warm is not None and (checked := _checked_warm(node_id, warm)) is not None:
-        renewed["warm"] = checked
-    Node.objects.filter(pk=node_id).update(**renewed)
+    Node.objects.filter(pk=node_id).update(last_seen_at=now, state=Node.State.ONLINE)
+    if (
+        warm is not None
+        and (checked := _checked_warm(node_id, warm)) is not None
+        and Node.objects.filter(pk=node_id).exclude(warm=checked).update(warm=checked)
+    ):
+        transaction.on_commit(events.dashboard_changed)
     held = _held(running)
     cutoff = now - timedelta(seconds=settings.TANGRAM_HEARTBEAT_S * 2)
     resend = [

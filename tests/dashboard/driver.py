@@ -122,7 +122,24 @@ def finish() -> dict[str, Any]:
     return {"finished": finished}
 
 
-STEPS = {"seed": seed, "schedule": schedule, "start": start, "finish": finish, "batch": batch}
+def warm(*keys: str) -> dict[str, Any]:
+    """What the node's agent reports in a heartbeat once it keeps scorers loaded."""
+    from apps.inventory.models import Node
+    from apps.inventory.services import node_heartbeat
+
+    node = Node.objects.get(name=NODE)
+    node_heartbeat(node_id=node.pk, running=[], warm=list(keys))
+    return {"warm": list(keys)}
+
+
+STEPS = {
+    "seed": seed,
+    "schedule": schedule,
+    "start": start,
+    "finish": finish,
+    "batch": batch,
+    "warm": warm,
+}
 
 
 def main(argv: list[str]) -> None:

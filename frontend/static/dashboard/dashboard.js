@@ -134,6 +134,13 @@
     );
   }
 
+  // A warm key as an operator reads it: its kind and the start of its digest.
+  function shortKey(key) {
+    const [kind, name] = key.includes(":") ? key.split(/:(.*)/s) : ["", key];
+    const shown = kind === "scorer" ? name.slice(0, 8) : name;
+    return kind ? `${kind} ${shown}` : shown;
+  }
+
   function nodeCard(node) {
     const prefix = `node-${node.name}`;
     const kinds = kindsOf(node.capacity, node.used);
@@ -156,6 +163,14 @@
         ),
       ),
       el("div", { class: "bars" }, kinds.map((k) => capacityBar(prefix, k, node.used[k] || 0, node.capacity[k] || 0))),
+      node.warm.length
+        ? el(
+            "p",
+            { class: "warm muted", testid: `${prefix}-warm`, title: node.warm.join("\n") },
+            "warm: ",
+            node.warm.map((key) => el("span", { class: "key" }, shortKey(key))),
+          )
+        : null,
       el(
         "h4",
         {},
