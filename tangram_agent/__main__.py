@@ -76,7 +76,10 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     parser.add_argument("--cgroup-parent", default=None, help="a delegated cgroup v2 dir")
     parser.add_argument("--shutdown-grace", type=float, default=30.0, help="seconds")
     parser.add_argument(
-        "--residents", type=int, default=2, help="idle reward.python scorers kept loaded (0: none)"
+        "--residents",
+        type=int,
+        default=None,
+        help="idle reward.python scorers kept loaded (0: none; default 2, or one per GPU)",
     )
     parser.add_argument(
         "--resident-idle", type=float, default=300.0, help="seconds an idle scorer is kept"

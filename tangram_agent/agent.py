@@ -140,7 +140,7 @@ class Agent:
             self._executors, self._sandbox = await asyncio.to_thread(
                 build_executors, self.config.executors, self.config.sandbox_settings()
             )
-        for executor in {id(e): e for e in self._executors.values()}.values():
+        for executor in self._executors.values():
             if isinstance(executor, WarmExecutor):
                 executor.watch_warm(self._warm_changed)
         log.info(

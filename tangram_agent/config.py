@@ -48,8 +48,10 @@ class AgentConfig:
     reconnect_max_s: float = 5.0
     #: How long SIGTERM waits for in-flight runs before killing them.
     shutdown_grace_s: float = 30.0
-    #: Idle ``reward.python`` scorers kept loaded between batches (0: none), and for how long.
-    residents: int = 2
+    #: Idle ``reward.python`` scorers kept loaded between batches (0: none; None: two,
+    #: or one per GPU where there are more, since a scorer is loaded on its GPUs),
+    #: and for how long.
+    residents: int | None = None
     resident_idle_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -64,7 +66,7 @@ class AgentConfig:
             raise ValueError("cpu and memory must be positive")
         if self.max_concurrency < 1 or self.output_cap < 0:
             raise ValueError("max_concurrency must be >= 1 and output_cap >= 0")
-        if self.residents < 0 or self.resident_idle_s <= 0:
+        if (self.residents or 0) < 0 or self.resident_idle_s <= 0:
             raise ValueError("residents must be >= 0 and the resident idle time positive")
         check_gpu_groups(self.gpu_groups)
         if self.gpu_memory_mib is not None and (self.gpu_memory_mib <= 0 or not self.gpu_groups):
@@ -99,7 +101,7 @@ class AgentConfig:
             slots=self.max_concurrency,
             cgroup_parent=self.cgroup_parent,
             memory_mib=self.memory_mib,
-            residents=self.residents,
+            residents=max(2, self.gpus) if self.residents is None else self.residents,
             resident_idle_s=self.resident_idle_s,
         )
         if self.work_root is not None:

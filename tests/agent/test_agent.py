@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.asyncio.server import serve
@@ -327,6 +328,21 @@ def test_config_rejects_bad_values_and_builds_the_ws_url(tmp_path: Path) -> None
         AgentConfig(server="http://x", token="t", name="n", gpu_groups=(("0", "1"), ("1",)))
     with pytest.raises(ValueError, match="needs GPUs"):
         AgentConfig(server="http://x", token="t", name="n", gpu_memory_mib=1024)
+    with pytest.raises(ValueError, match="residents"):
+        AgentConfig(server="http://x", token="t", name="n", residents=-1)
+
+
+def test_idle_scorers_kept_default_to_two_or_one_per_gpu() -> None:
+    def kept(**config: Any) -> int:
+        return (
+            AgentConfig(server="http://x", token="t", name="n", **config)
+            .sandbox_settings()
+            .residents
+        )
+
+    eight = (("0", "1", "2", "3"), ("4", "5", "6", "7"))
+    assert (kept(), kept(gpu_groups=(("0",),)), kept(gpu_groups=eight)) == (2, 2, 8)
+    assert kept(gpu_groups=eight, residents=0) == 0
 
 
 def test_cli_reads_the_environment_and_drains_on_sigterm(shared_dir: Path) -> None:
