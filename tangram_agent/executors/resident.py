@@ -7,8 +7,9 @@ sits idle in its sandbox and cgroup, and the agent reports its warm key
 (:func:`tangram_agent.protocol.scorer_warm_key`) so that the policy sends the
 scorer's next calls here, where they skip the load.
 
-What an idle scorer holds, the server has already counted free, so it gives
-it back before anything else needs it: the agent evicts an idle scorer (least
+What an idle scorer holds, the server has already counted free, so it is held
+to a hundredth of a core while idle, and gives the rest back before anything
+else needs it: the agent evicts an idle scorer (least
 recently used first) when a run is launched on one of its GPUs, when its
 memory would take the node's runs past the node's memory, when a run needs
 its sandbox slot, when more than ``residents`` are idle, and after

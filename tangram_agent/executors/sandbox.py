@@ -75,6 +75,8 @@ GPU_SHARED_DEVICES = ("nvidiactl", "nvidia-uvm")
 #: A resident scorer's CPU-seconds limit, per core it holds: its batches are
 #: bounded by their timeouts and its cgroup's CPU quota, its life by going idle.
 RESIDENT_CPU_S_PER_CORE = 24 * 3600
+#: The cores an idle scorer may use: it sits in room the server counts free.
+IDLE_CPUS = 0.01
 #: The longest reply line a resident scorer may write (the batch's own cap is checked after).
 RESIDENT_REPLY_LIMIT = 256 * DEFAULT_OUTPUT_CAP + 65536
 
@@ -552,6 +554,8 @@ class Sandbox:
             tuple(str(gpu) for gpu in assignment.get("gpus") or ()),
         )
         resident = self.residents.take(key) if warm_key else None
+        if resident is not None:
+            self._throttle(resident, float(allocation.get("cpu") or self.settings.default_cpus))
         async with self._holding(assignment, launch=resident is None):
             if resident is None:
                 launched = await self._launch_resident(assignment, files, key)
@@ -565,6 +569,7 @@ class Sandbox:
                 await self._end(resident)
                 raise
             if outcome.state == "succeeded" and warm_key and self.residents.limit > 0:
+                self._throttle(resident, IDLE_CPUS)
                 for over in self.residents.keep(resident, self._expire):
                     await self._end(over)
             else:
@@ -885,6 +890,16 @@ class Sandbox:
             await asyncio.to_thread(self._cleanup, resident.run_dir, resident.cgroup)
         finally:
             self._free_slots.put_nowait(slot)
+
+    @staticmethod
+    def _throttle(resident: Resident, cpus: float) -> None:
+        """Hold ``resident`` to ``cpus`` cores: next to nothing while idle, its batch's in use."""
+        if resident.cgroup is None:
+            return
+        try:
+            resident.cgroup.set_cpus(cpus)
+        except OSError as exc:
+            log.warning("could not hold a resident scorer to %g cores: %s", cpus, exc)
 
     async def end_residents(self) -> None:
         """End every idle scorer."""

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tangram_agent.executors import Executor, Sandbox, SandboxSettings, ScorerExecutor
+from tangram_agent.executors.sandbox import IDLE_CPUS
 from tangram_agent.protocol import scorer_warm_key
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
 from tests.agent.harness import FakeServer, arun, running_agent
+from tests.agent.test_shrink import cores_of, needs_cpu_controller
 
 pytestmark = needs_bwrap
 
-#: Says which process scored: a new one per load. Fails on "boom", sleeps on "slow".
+#: Says which process scored: a new one per load. Fails on "boom", sleeps on "slow" (30 s)
+#: and "nap" (1.5 s).
 SCORER = """\
 import time, uuid
 PROCESS = uuid.uuid4().hex
@@ -28,6 +33,8 @@ def score(samples):
         raise ValueError("boom")
     if "slow" in samples:
         time.sleep(30)
+    if "nap" in samples:
+        time.sleep(1.5)
     return [{"score": s, "process": PROCESS} for s in samples]
 """
 
@@ -275,3 +282,51 @@ def test_an_idle_scorer_that_exits_by_itself_is_no_longer_warm(box: Sandbox) -> 
         assert sandbox_processes(box) == []
 
     arun_on(box, scenario)
+
+
+#: Leaves a thread spinning for as long as the scorer lives.
+SPINNER = """
+import threading
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+"""
+
+
+def test_an_idle_scorer_is_held_to_a_hundredth_of_a_core(box: Sandbox) -> None:
+    """It sits in room the server counts free: a thread it left spinning gets next to
+    nothing while it is idle, and its batch's cores again when it is reused."""
+    needs_cpu_controller(box)
+    spinning = SCORER + SPINNER
+    warm_key = scorer_warm_key("t1", spinning, {})
+
+    async def score(sample: Any) -> None:
+        assignment = member("s", sample, cpu=2, memory=64)
+        files = {"scorer.py": spinning}
+        outcome = await box.score(assignment, files, [sample], warm_key=warm_key, stdout_cap=4096)
+        assert outcome.state == "succeeded", outcome
+
+    async def scenario() -> None:
+        await score(1)
+        (pid, *_) = sandbox_processes(box, settle_s=0)
+        assert cores_of(pid) == pytest.approx(IDLE_CPUS)
+        used = cpu_seconds(pid)
+        await asyncio.sleep(2.0)
+        assert cpu_seconds(pid) - used < 0.1, "an idle scorer kept spinning"
+        napping = asyncio.create_task(score("nap"))
+        await asyncio.sleep(0.5)
+        assert cores_of(pid) == pytest.approx(2.0), "reused, it has its batch's cores"
+        await napping
+        assert cores_of(pid) == pytest.approx(IDLE_CPUS)
+
+    arun_on(box, scenario)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds ``pid``'s threads have had so far, as the host's kernel counts them."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
