@@ -262,7 +262,9 @@ class Client:
     ) -> list[Any]:
         """Score ``samples`` with ``score(samples)`` from ``code`` (``reward.python``):
         one call per sample, which the scheduler batches (by default per scorer) and
-        the agent scores a batch at a time. The scores, in order; ``ScoringError``
+        the agent scores a batch at a time, keeping the scorer loaded for the next
+        calls (its module-level setup, a model, runs once per node and GPU set, not
+        per batch). The scores, in order; ``ScoringError``
         if any sample was not scored. ``demand``, ``job``, ``timeout_s`` ... go in ``fields``.
         """
         specs = _scoring(code, samples, files, batch_key, batch_limit, fields)
