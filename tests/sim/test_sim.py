@@ -356,3 +356,19 @@ def test_a_run_that_gets_stuck_says_why(tmp_path: Path, capsys: pytest.CaptureFi
 def test_shipped_workloads_load(name: str) -> None:
     workload = load_workload(WORKLOADS / f"{name}.yaml")
     assert workload.tasks and workload.pool
+
+
+def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> None:
+    """A workload where tangram has nothing to gain over fifo misses targets, and says which."""
+    from bench.targets import main
+
+    out = io.StringIO()
+    path = tmp_path / "plain.yaml"
+    path.write_text(json.dumps(_workload()))
+    with redirect_stdout(out):
+        code = main([str(WORKLOADS / "swe.yaml"), str(path), "--seeds", "1", "--format", "json"])
+    report = json.loads(out.getvalue())
+    swe, plain = report["workloads"]
+    assert swe["act_vs_static"][0] > 4.0 and swe["savings_pct"] > 0
+    assert "ACT not better than fifo" in plain["missed"]
+    assert code == 1

@@ -1,0 +1,142 @@
+"""The issue's targets on any set of workloads: one row a workload, with the verdicts.
+
+    python -m bench.targets fixtures/workloads/*.yaml
+    python -m bench.targets my/workloads/*.yaml --seeds 1,2,3 --jobs 2 --format json
+    python -m bench.targets fixtures/workloads/swe.yaml --no-savings     # ACT and step only
+
+For each workload it runs ``static``, ``partitioned``, ``fifo`` and ``tangram``
+on the same seeds (as ``bench.policy`` does) and, unless ``--no-savings``,
+bisects the pool for the savings. A target holds only if it holds pooled and
+on the worst seed:
+
+- mean ACT at least ``ACT_VS_STATIC`` x better than ``static``'s, and better
+  than ``fifo``'s and ``partitioned``'s;
+- mean RL step time at least ``STEP_VS_STATIC`` x faster than ``static``'s;
+- at least ``SAVINGS_PCT`` % fewer resources than ``static`` at its mean step.
+
+It prints the table and the targets each workload misses. It exits 0 when
+every target held, 1 when some did not, 2 on a workload it cannot read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import Executor, ProcessPoolExecutor
+from typing import Any
+
+from bench.policy import DEFAULT_POLICIES, ratios, run_policies, savings
+from tangram_sim.sim import PolicyError
+from tangram_sim.workload import Workload, WorkloadError, load_workload
+
+#: The issue's targets (ARL-Tangram reports 4.3x, 1.5x and 71.2%).
+ACT_VS_STATIC = 5.0
+STEP_VS_STATIC = 1.6
+SAVINGS_PCT = 75.0
+
+
+def verdict(
+    workload: Workload, seeds: list[int], executor: Executor, *, with_savings: bool
+) -> dict[str, Any]:
+    """One workload's ratios, savings and the targets it misses."""
+    try:
+        policies = run_policies(workload, list(DEFAULT_POLICIES), seeds, executor)
+    except PolicyError as error:
+        return {"workload": workload.name, "error": str(error), "missed": ["a run got stuck"]}
+    compared = ratios(policies)
+    row: dict[str, Any] = {"workload": workload.name}
+    for base in ("static", "fifo", "partitioned"):
+        ratio = compared[f"tangram_vs_{base}"]
+        row[f"act_vs_{base}"] = [ratio["mean_act"], ratio["min_seed_mean_act"]]
+        row[f"step_vs_{base}"] = [ratio["mean_step"], ratio["min_seed_mean_step"]]
+    missed = []
+    if min(row["act_vs_static"]) < ACT_VS_STATIC:
+        missed.append(f"ACT vs static < {ACT_VS_STATIC:g}x")
+    for base in ("fifo", "partitioned"):
+        if min(row[f"act_vs_{base}"]) <= 1.0:
+            missed.append(f"ACT not better than {base}")
+    if min(row["step_vs_static"]) < STEP_VS_STATIC:
+        missed.append(f"step vs static < {STEP_VS_STATIC:g}x")
+    if with_savings:
+        target_s = policies["static"]["mean_step_s"]
+        row["savings_pct"] = savings(workload, seeds, target_s, executor)["saving_pct"]
+        if row["savings_pct"] < SAVINGS_PCT:
+            missed.append(f"savings < {SAVINGS_PCT:g}%")
+    row["missed"] = missed
+    return row
+
+
+HEAD = (
+    f"{'workload':<14}{'ACT vs static':>16}{'step vs static':>16}{'savings':>9}"
+    f"{'ACT vs fifo':>15}{'vs partitioned':>16}   missed"
+)
+
+
+def line(row: dict[str, Any]) -> str:
+    """One workload's row of the table."""
+
+    def pair(value: list[float]) -> str:
+        return f"{value[0]:.2f} ({value[1]:.2f})"
+
+    if "error" in row:
+        return f"{row['workload']:<14}  {row['error']}"
+    saved = f"{row['savings_pct']:.1f}%" if "savings_pct" in row else "-"
+    return (
+        f"{row['workload']:<14}{pair(row['act_vs_static']):>16}{pair(row['step_vs_static']):>16}"
+        f"{saved:>9}{pair(row['act_vs_fifo']):>15}{pair(row['act_vs_partitioned']):>16}   "
+        + ("; ".join(row["missed"]) or "none")
+    )
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    held = sum(not row["missed"] for row in rows)
+    return (
+        f"\nratios pooled (worst seed); targets: ACT >= {ACT_VS_STATIC:g}x static and better"
+        f" than fifo and partitioned, step >= {STEP_VS_STATIC:g}x static, savings >="
+        f" {SAVINGS_PCT:g}%\n{held} of {len(rows)} workloads meet every target"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.targets", description=__doc__)
+    parser.add_argument("workloads", nargs="+", help="workload YAML files")
+    parser.add_argument("--seeds", default="1,2,3", help="comma-separated, e.g. 1,2,3")
+    parser.add_argument("--no-savings", action="store_true", help="skip the pool bisection")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel"
+    )
+    args = parser.parse_args(argv)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        parser.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
+    workloads = []
+    for path in args.workloads:
+        try:
+            workloads.append(load_workload(path))
+        except WorkloadError as error:
+            parser.error(str(error))
+    table = args.format == "table"
+    if table:
+        print(HEAD, flush=True)
+    rows = []
+    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:
+        for workload in workloads:  # a row as soon as it is known: a run may take minutes
+            rows.append(verdict(workload, seeds, executor, with_savings=not args.no_savings))
+            if table:
+                print(line(rows[-1]), flush=True)
+    if table:
+        print(summary(rows))
+    else:
+        json.dump({"seeds": seeds, "workloads": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    return 0 if all(not row["missed"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
