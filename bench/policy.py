@@ -242,6 +242,17 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse_seeds(parser: argparse.ArgumentParser, text: str) -> list[int]:
+    """``--seeds`` as integers, or the parser's usage error (exit 2)."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        parser.error(f"--seeds: expected comma-separated integers, got {text!r}")
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.policy", description=__doc__)
     parser.add_argument("workload")
@@ -259,12 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         workload = load_workload(args.workload)
     except WorkloadError as error:
         parser.error(str(error))
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        seeds = []
-    if not seeds:
-        parser.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
+    seeds = parse_seeds(parser, args.seeds)
     names = [p for p in args.policies.split(",") if p]
     known = sorted({*BASELINES, *POLICIES})
     if not names or any(name not in known for name in names):

@@ -27,7 +27,7 @@ import sys
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
-from bench.policy import DEFAULT_POLICIES, ratios, run_policies, savings
+from bench.policy import DEFAULT_POLICIES, parse_seeds, ratios, run_policies, savings
 from tangram_sim.sim import PolicyError
 from tangram_sim.workload import Workload, WorkloadError, load_workload
 
@@ -109,12 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel"
     )
     args = parser.parse_args(argv)
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        seeds = []
-    if not seeds:
-        parser.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
+    seeds = parse_seeds(parser, args.seeds)
     workloads = []
     for path in args.workloads:
         try:
