@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +130,12 @@ class Resident:
     memory_mib: float
     cpu_s: int
     stderr: BatchStderr
-    io_tasks: list[asyncio.Task[None]]
+    #: Reads its stderr (``BatchStderr.drain``).
+    drain: asyncio.Task[None]
     #: Pending eviction of an idle scorer (``resident_idle_s``).
     expiry: asyncio.TimerHandle | None = None
     #: Ends it if it exits while idle.
     watcher: asyncio.Task[None] | None = None
-    idle_since: float = field(default_factory=time.monotonic)
 
 
 class ResidentPool:
@@ -176,7 +175,6 @@ class ResidentPool:
 
         ``expire`` is called with it once it has been idle ``idle_s``.
         """
-        resident.idle_since = time.monotonic()
         self._idle[resident] = None
         over = []
         while len(self._idle) > self.limit:

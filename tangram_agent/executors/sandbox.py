@@ -224,6 +224,16 @@ def _scores_for(reply: bytes, samples: list[Any]) -> bool:
     return isinstance(scores, list) and len(scores) == len(samples)
 
 
+def _hold_to(cgroup: RunCgroup | None, cpus: float, what: str) -> None:
+    """Throttle ``cgroup`` (a run's, if launched) to ``cpus`` cores from now on."""
+    if cgroup is None:
+        return
+    try:
+        cgroup.set_cpus(cpus)
+    except OSError as exc:
+        log.warning("could not throttle %s to %g cores: %s", what, cpus, exc)
+
+
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64]
 
@@ -495,13 +505,7 @@ class Sandbox:
         A run without its cgroup yet reads the lowered allocation when it creates it.
         """
         cgroup = self._run_cgroups.get((str(assignment["id"]), int(assignment["attempt"])))
-        if cgroup is None:
-            return
-        cpus = float(assignment["allocation"]["cpu"])
-        try:
-            cgroup.set_cpus(cpus)
-        except OSError as exc:
-            log.warning("could not throttle %s to %g cores: %s", assignment["id"], cpus, exc)
+        _hold_to(cgroup, float(assignment["allocation"]["cpu"]), str(assignment["id"]))
 
     async def run(
         self, assignment: Assignment, language: Language, *, stdout_cap: int | None = None
@@ -554,8 +558,9 @@ class Sandbox:
             tuple(str(gpu) for gpu in assignment.get("gpus") or ()),
         )
         resident = self.residents.take(key) if warm_key else None
-        if resident is not None:
-            self._throttle(resident, float(allocation.get("cpu") or self.settings.default_cpus))
+        if resident is not None:  # next to nothing while idle, its batch's cores in use
+            cpus = float(allocation.get("cpu") or self.settings.default_cpus)
+            _hold_to(resident.cgroup, cpus, "a resident scorer")
         async with self._holding(assignment, launch=resident is None):
             if resident is None:
                 launched = await self._launch_resident(assignment, files, key)
@@ -569,7 +574,7 @@ class Sandbox:
                 await self._end(resident)
                 raise
             if outcome.state == "succeeded" and warm_key and self.residents.limit > 0:
-                self._throttle(resident, IDLE_CPUS)
+                _hold_to(resident.cgroup, IDLE_CPUS, "an idle scorer")
                 for over in self.residents.keep(resident, self._expire):
                     await self._end(over)
             else:
@@ -779,7 +784,7 @@ class Sandbox:
             memory_mib=launch.memory_mib,
             cpu_s=launch.cpu_s,
             stderr=stderr,
-            io_tasks=[asyncio.create_task(stderr.drain())],
+            drain=asyncio.create_task(stderr.drain()),
         )
         resident.watcher = asyncio.create_task(self._watch(resident))
         return resident
@@ -816,7 +821,6 @@ class Sandbox:
             timed_out = True
         except ValueError:  # over RESIDENT_REPLY_LIMIT
             too_long = True
-        common: dict[str, Any] = {"started_at": started}
         if reply.endswith(b"\n") and len(reply) <= stdout_cap and _scores_for(reply, samples):
             try:
                 text, truncated = await asyncio.wait_for(resident.stderr.batches.get(), 5.0)
@@ -828,47 +832,34 @@ class Sandbox:
                 stdout=reply.decode(errors="replace"),
                 stderr=text,
                 stderr_truncated=truncated,
+                started_at=started,
                 finished_at=time.time(),
-                **common,
             )
-        if timed_out:
-            await self._end(resident)
-            text, truncated = resident.stderr.take()
-            return Outcome(
-                state="timed_out",
-                error=f"timed out after {timeout:g} s; process tree killed",
-                stderr=text,
-                stderr_truncated=truncated,
-                finished_at=time.time(),
-                **common,
-            )
-        if too_long or reply.endswith(b"\n"):
-            await self._end(resident)
-            text, truncated = resident.stderr.take()
-            over = too_long or len(reply) > stdout_cap
-            return Outcome(
-                state="failed",
-                stdout_truncated=over,
-                stderr=text,
-                stderr_truncated=truncated,
-                error="the scores are over the output cap" if over else "unreadable scores",
-                finished_at=time.time(),
-                **common,
-            )
-        code = await proc.wait()
+        # It failed: end it, so that its stderr is all there, then say why.
+        code = None if timed_out or too_long or reply.endswith(b"\n") else await proc.wait()
         await self._end(resident)
         text, truncated = resident.stderr.take()
-        exit_code = 128 - code if code < 0 else code
+        failed: dict[str, Any] = {"state": "failed"}
+        if timed_out:
+            failed = {
+                "state": "timed_out",
+                "error": f"timed out after {timeout:g} s; process tree killed",
+            }
+        elif code is None:  # it answered, but not with a score per sample within the cap
+            over = too_long or len(reply) > stdout_cap
+            failed["stdout_truncated"] = over
+            failed["error"] = "the scores are over the output cap" if over else "unreadable scores"
+        else:
+            failed["exit_code"] = exit_code = 128 - code if code < 0 else code
+            failed["error"] = self._failure(
+                exit_code, text, resident.cgroup, resident.memory_mib, resident.cpu_s
+            )
         return Outcome(
-            state="failed",
-            exit_code=exit_code,
             stderr=text,
             stderr_truncated=truncated,
-            error=self._failure(
-                exit_code, text, resident.cgroup, resident.memory_mib, resident.cpu_s
-            ),
+            started_at=started,
             finished_at=time.time(),
-            **common,
+            **failed,
         )
 
     async def _end(self, resident: Resident) -> None:
@@ -884,22 +875,12 @@ class Sandbox:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await asyncio.shield(proc.wait())
-            _, pending = await asyncio.wait(resident.io_tasks, timeout=2.0)
+            _, pending = await asyncio.wait([resident.drain], timeout=2.0)
             for task in pending:
                 task.cancel()
             await asyncio.to_thread(self._cleanup, resident.run_dir, resident.cgroup)
         finally:
             self._free_slots.put_nowait(slot)
-
-    @staticmethod
-    def _throttle(resident: Resident, cpus: float) -> None:
-        """Hold ``resident`` to ``cpus`` cores: next to nothing while idle, its batch's in use."""
-        if resident.cgroup is None:
-            return
-        try:
-            resident.cgroup.set_cpus(cpus)
-        except OSError as exc:
-            log.warning("could not hold a resident scorer to %g cores: %s", cpus, exc)
 
     async def end_residents(self) -> None:
         """End every idle scorer."""
