@@ -10,7 +10,7 @@ model resident on half), 5,000 actions running, 10,000 queued across three
 tenants with quotas: short and long sandbox calls (elastic), multi-GPU
 actions, batchable reward scoring and API calls. With ``--grown N``, N of the
 running CPU actions are elastic ones grown to 4 units that the round may
-shrink for the queue (``Snapshot.shrinkable``): the round then places twice.
+shrink for the queue (``Snapshot.resizable``): the round then places twice.
 
 Each policy decides on the state as the live scheduler and the simulator hand
 it (``tangram_policy.pool.partial_view``: nodes with their free room as capacity, usage per tenant,
@@ -37,8 +37,8 @@ from tangram_policy.types import (
     Elasticity,
     Node,
     PendingAction,
+    Resizable,
     RunningAction,
-    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -75,7 +75,7 @@ def build_snapshot(
             )
     node_list.append(Node("api", {"api:judge": 256}, frozenset({"judge"})))
     running_list: list[RunningAction] = []
-    shrinkable: list[Shrinkable] = []
+    resizable: list[Resizable] = []
     for i in range(running):
         node = node_list[rng.randrange(nodes)]
         if "gpu" in node.capacity:
@@ -85,8 +85,10 @@ def build_snapshot(
         running_list.append(
             RunningAction(f"r{i}", TENANTS[i % 3], "python", node.id, allocation, 0.0)
         )
-        if len(shrinkable) < grown and "gpu" not in allocation:  # 4 units of 1 core, min 1
-            shrinkable.append(Shrinkable(f"r{i}", TENANTS[i % 3], node.id, allocation, 4, 1))
+        if len(resizable) < grown and "gpu" not in allocation:  # 4 units of 1 core, min 1
+            resizable.append(
+                Resizable(f"r{i}", TENANTS[i % 3], node.id, allocation, 4, Elasticity(1, 4, 0.9))
+            )
     kinds = [
         ("python", {"cpu": 1.0, "memory": 2048.0}, Elasticity(1, 2, 0.3), None, 2.0),
         ("tests", {"cpu": 2.0, "memory": 4096.0}, Elasticity(1, 8, 0.9), None, 40.0),
@@ -133,7 +135,7 @@ def build_snapshot(
         pending=tuple(pending_list),
         running=tuple(running_list),
         duration_stats=stats,
-        shrinkable=tuple(shrinkable),
+        resizable=tuple(resizable),
     )
 
 
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.perf_counter()
                 decision = policy.decide(snapshot)
                 timings.append((time.perf_counter() - started) * 1000.0)
-                placements, shrinks = len(decision.placements), len(decision.shrinks)
+                placements, shrinks = len(decision.placements), len(decision.resizes)
             label = name + view
             print(
                 f"{label:<40}{statistics.median(timings):>10.1f}{max(timings):>10.1f}"

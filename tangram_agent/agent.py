@@ -32,8 +32,8 @@ from tangram_agent.executors import (
     BatchExecutor,
     Executor,
     Outcome,
+    ResizableExecutor,
     Sandbox,
-    ShrinkableExecutor,
     WarmExecutor,
     build_executors,
 )
@@ -43,8 +43,8 @@ from tangram_agent.protocol import (
     Assignment,
     Heartbeat,
     Register,
+    Resize,
     Result,
-    Shrink,
     Started,
     whole_batch,
 )
@@ -65,8 +65,8 @@ class AgentRejected(Exception):
 @dataclass
 class _Run:
     task: asyncio.Task[None]
-    #: What the run runs with: a shrink lowers its allocation in place, so a run
-    #: not launched yet starts with the lowered one.
+    #: What the run runs with: a resize changes its allocation in place, so a run
+    #: not launched yet starts with the new one.
     assignment: Assignment
 
 
@@ -318,8 +318,8 @@ class Agent:
             self._unacked.pop((str(message["action"]), int(message["attempt"])), None)
             if not self._unacked and self._flushed is not None:
                 self._flushed.set()
-        elif kind == "shrink":
-            self._on_shrink(cast(Shrink, message))
+        elif kind == "resize":
+            self._on_resize(cast(Resize, message))
         elif kind == "error":
             log.error("server error: %s", message.get("message"))
         else:
@@ -347,24 +347,24 @@ class Agent:
             log.info("cancelling %s attempt %d", *key)
             run.task.cancel()
 
-    def _on_shrink(self, shrink: Shrink) -> None:
-        """Hold a run to the fewer cores the server left it; the server already counts them free."""
-        key = (str(shrink["action"]), int(shrink["attempt"]))
-        cpus = float(shrink["allocation"]["cpu"])
+    def _on_resize(self, resize: Resize) -> None:
+        """Hold a run to the cores the server now gives it (fewer are already counted free)."""
+        key = (str(resize["action"]), int(resize["attempt"]))
+        cpus = float(resize["allocation"]["cpu"])
         run = self._runs.get(key)
         if run is None:  # finished already, or an attempt this agent never held
-            log.debug("ignoring shrink of %s attempt %d: not running here", *key)
+            log.debug("ignoring resize of %s attempt %d: not running here", *key)
             return
         held = float(run.assignment["allocation"].get("cpu", 0))
-        if not 0 < cpus < held:
-            log.debug("ignoring shrink of %s attempt %d to cpu %g from %g", *key, cpus, held)
+        if cpus <= 0 or cpus == held:
+            log.debug("ignoring resize of %s attempt %d to cpu %g from %g", *key, cpus, held)
             return
-        log.info("shrinking %s attempt %d to cpu %g from %g", *key, cpus, held)
-        run.assignment["allocation"] = {**shrink["allocation"]}
-        run.assignment["units"] = int(shrink["units"])
+        log.info("resizing %s attempt %d to cpu %g from %g", *key, cpus, held)
+        run.assignment["allocation"] = {**resize["allocation"]}
+        run.assignment["units"] = int(resize["units"])
         executor = self._executors.get(run.assignment["type"])
-        if isinstance(executor, ShrinkableExecutor):
-            executor.shrink(run.assignment)
+        if isinstance(executor, ResizableExecutor):
+            executor.resize(run.assignment)
 
     def _send_soon(self, message: Mapping[str, Any]) -> None:
         asyncio.get_running_loop().create_task(self._send(message))

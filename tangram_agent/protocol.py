@@ -19,8 +19,9 @@ Agent -> server
              as the node's ``warm``, which the policy places affinities on. An
              agent sends one at once when the list changes.
              From protocol 3 each ``running`` entry has the ``cpu`` the agent
-             holds that run to; the server sends ``shrink`` again where it holds
-             less (the first one was lost).
+             holds that run to; the server sends ``resize`` (``shrink`` to
+             protocol 3 and 4) again where that is not the action's (the
+             first one was lost).
   started    {type, action, attempt, started_at}
   result     {type, action, attempt, state, exit_code, stdout, stderr,
               stdout_truncated, stderr_truncated, error, started_at, finished_at}
@@ -35,14 +36,19 @@ Server -> agent
   cancel     {type, action, attempt}
   ack        {type, action, attempt}
   error      {type, message}   (then the server closes the socket)
-  shrink     {type, action, attempt, allocation, units}   (only to agents of protocol >= 3)
-             The server took cores back from a running elastic action:
+  resize     {type, action, attempt, allocation, units}   (only to agents of protocol >= 5)
+             The server changed a running elastic action's cores: it took some
+             back for actions that wait, or gave it more while the pool is idle.
              ``allocation`` is its whole allocation from now on (only ``cpu``
-             shrinks; memory and GPUs never do), ``units`` its unit count. The
-             server counts the freed cores as free at once, so the agent lowers
-             the run's CPU limit now, or starts the run with the new allocation if
-             it has not launched yet; a shrink of a run it does not hold, or one
-             that would not lower ``cpu``, it ignores.
+             changes; memory and GPUs never do), ``units`` its unit count. The
+             server counts freed cores as free at once, so the agent sets the
+             run's CPU limit now, or starts the run with the new allocation if
+             it has not launched yet; a resize of a run it does not hold it
+             ignores. A run sees more cores as a higher CPU quota: it goes
+             faster if it runs more threads than it started with cores
+             (``TANGRAM_CPUS`` is the figure at launch).
+  shrink     the same, to agents of protocol 3 and 4, and only ever lowering
+             ``cpu``: the server grows no run on their nodes.
 
 An ``Assignment`` carries, from protocol 4, the action's ``tenant`` (its id, as
 text), which keeps one tenant's resident scorer from another's samples; from
@@ -68,10 +74,13 @@ from typing import Any, Literal, NotRequired, TypedDict
 #: to ``register`` and ``heartbeat``, and ``gpus``/``batch_id``/``batch_size`` to
 #: ``Assignment``; 3 added the ``shrink`` message, which the server sends only to
 #: agents that registered with protocol >= 3; 4 added ``tenant`` to ``Assignment``
-#: and ``warm`` to ``heartbeat``.
-PROTOCOL_VERSION = 4
+#: and ``warm`` to ``heartbeat``; 5 replaced ``shrink`` with ``resize``, which
+#: may also raise a run's cores.
+PROTOCOL_VERSION = 5
 #: The first protocol whose agents take ``shrink``.
 SHRINK_PROTOCOL = 3
+#: The first protocol whose agents take ``resize`` (and so may grow a run).
+RESIZE_PROTOCOL = 5
 #: The oldest agent protocol the server still accepts.
 MIN_PROTOCOL_VERSION = 1
 
@@ -83,7 +92,7 @@ class ActionRef(TypedDict):
     action: str
     attempt: int
     #: In ``running`` (protocol 3): the cores the agent holds the run to, so that
-    #: the server can send again a ``shrink`` that was lost.
+    #: the server can send again a ``resize`` that was lost.
     cpu: NotRequired[float]
 
 
@@ -179,11 +188,12 @@ class Ack(TypedDict):
     attempt: int
 
 
-class Shrink(TypedDict):
-    type: Literal["shrink"]
+class Resize(TypedDict):
+    #: ``shrink`` to agents of protocol 3 and 4.
+    type: Literal["resize", "shrink"]
     action: str
     attempt: int
-    #: The action's whole allocation from now on: ``cpu`` lower than before.
+    #: The action's whole allocation from now on: only ``cpu`` differs.
     allocation: dict[str, float]
     units: int
 

@@ -67,8 +67,18 @@ def expected_duration(
     """Seconds at minimum units: the client's hint, else observations blended with a prior."""
     if action.duration_hint_s is not None and action.duration_hint_s >= 0:
         return action.duration_hint_s
-    prior = priors.get(action.type, COLD_START_PRIOR_S)
-    stat = stats.get((action.tenant, action.type))
+    return expected_work(action.tenant, action.type, stats, priors)
+
+
+def expected_work(
+    tenant: str,
+    action_type: str,
+    stats: Mapping[tuple[str, str], DurationStat],
+    priors: Mapping[str, float],
+) -> float:
+    """Seconds at minimum units learned for (tenant, type), blended with the type's prior."""
+    prior = priors.get(action_type, COLD_START_PRIOR_S)
+    stat = stats.get((tenant, action_type))
     if stat is None or stat.count <= 0:
         return prior
     return (stat.mean_s * stat.count + prior * PRIOR_WEIGHT) / (stat.count + PRIOR_WEIGHT)

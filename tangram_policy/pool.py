@@ -347,6 +347,20 @@ class Pool:
             if amount > 0 and kind in reserved
         )
 
+    def leaves_idle_guarantees(self, tenant: str, demand: Resources) -> bool:
+        """Whether ``tenant`` taking ``demand`` leaves every other tenant's idle guarantee free."""
+        for kind, amount in demand.items():
+            if amount <= 0:
+                continue
+            idle = 0.0
+            for quota in self.quotas.values():
+                guaranteed = quota.guaranteed.get(kind, 0.0)
+                if quota.tenant != tenant and guaranteed > 0:
+                    idle += max(guaranteed - self.usage.get(quota.tenant, {}).get(kind, 0.0), 0.0)
+            if amount + idle > self.unused(kind) + EPSILON:
+                return False
+        return True
+
     def dominant_share(self, tenant: str) -> float:
         return self.shares.get(tenant, 0.0)
 

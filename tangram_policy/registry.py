@@ -14,7 +14,16 @@ from tangram_policy.fifo import FifoPolicy
 from tangram_policy.tangram import TangramConfig, TangramPolicy
 from tangram_policy.types import Policy
 
-ABLATIONS = ("ordering", "fair_share", "affinity", "topology", "elastic", "batching", "shrinking")
+ABLATIONS = (
+    "ordering",
+    "fair_share",
+    "affinity",
+    "topology",
+    "elastic",
+    "batching",
+    "shrinking",
+    "growing",
+)
 
 
 def _ablation(mechanism: str) -> Policy:

@@ -23,18 +23,23 @@ One round, from a snapshot, in five passes:
    interconnect group; while nobody waits for its unit kind, an elastic action
    goes instead to the fitting node with the most room, since its extra units
    must come from its own node. Then the room left over goes, by largest expected
-   seconds saved (Amdahl), to extra units of placed elastic actions, but only
-   for kinds nobody is waiting on, keeping a headroom, and only while each
-   unit cuts enough of the action's time for the current load (EARL's rule:
-   ``min_gain x load / (1 - load)``). The headroom is for arrivals, so it
-   does not apply to units the round takes back when others need them
-   (cores, with pass 5 on); the load rule, which weighs a unit's worth
-   against what it costs the pool, does.
+   seconds saved (Amdahl), to extra units of placed elastic actions and of
+   running ones whose units can change (cores: ``Decision.resizes`` grows
+   them), but only for kinds nobody is waiting on, keeping a headroom, and
+   only while each unit cuts enough of the action's time for the current
+   load (EARL's rule: ``min_gain x load / (1 - load)``). The headroom is for
+   arrivals, so it does not apply to units the round takes back when others
+   need them (cores, with pass 5 on); the load rule, which weighs a unit's
+   worth against what it costs the pool, does. Units that cannot be taken
+   back (GPUs) never come out of another tenant's idle guarantee: that
+   tenant could not have it back until the action ends. A running action's
+   work left is its learned duration less what it has done, but at least as
+   much again as it has done (durations have long tails).
 5. **Taking units back.** Units are not fixed at placement: when actions
    that ask for a kind running actions can give back (cores) find no room, or
    their tenant's limit, the round lends them the units running elastic
    actions hold above their minimum, places them again, and takes back
-   (``Decision.shrinks``) only the units they were placed on. An elastic
+   (``Decision.resizes``) only the units they were placed on. An elastic
    action grows while the pool is idle and shrinks towards its minimum when
    others wait.
 """
@@ -47,18 +52,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from tangram_policy.estimate import duration_at, expected_duration, type_priors
+from tangram_policy.estimate import duration_at, expected_duration, expected_work, type_priors
 from tangram_policy.pool import _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
     EPSILON,
-    SHRINKABLE_KINDS,
+    RESIZABLE_KINDS,
     Decision,
     Elasticity,
     PendingAction,
     Placement,
+    Resizable,
+    Resize,
     Resources,
-    Shrink,
-    Shrinkable,
     Snapshot,
 )
 
@@ -117,6 +122,8 @@ class TangramConfig:
     elastic: bool = True
     batching: bool = True
     shrinking: bool = True
+    #: Running elastic actions take more units (of kinds taken back) while the pool is idle.
+    growing: bool = True
     #: Seconds of ordering key an action gains per second it waits.
     aging_rate: float = 0.5
     #: An action that has waited this long reserves its kind when it does not fit.
@@ -226,16 +233,17 @@ class _GainGroup:
 
     def __init__(
         self,
-        cls: _Class,
+        cls: _Class | None,
         elasticity: Elasticity,
         demand: Resources,
         work_s: float,
         fixed_s: float,
+        tenant: str = "",
     ) -> None:
         # Not the class itself: it holds this group, and a cycle would outlive the round.
-        self.tenant = cls.tenant
+        self.tenant = cls.tenant if cls is not None else tenant
         #: What each member was placed with (the class's demand).
-        self.allocation = cls.demand
+        self.allocation = cls.demand if cls is not None else demand
         self.alike = (elasticity, demand, work_s, fixed_s)
         self.elasticity = elasticity
         self.demand = demand
@@ -267,7 +275,7 @@ class TangramPolicy:
             self.name = name
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        if not snapshot.pending or not snapshot.nodes:
+        if not snapshot.nodes or not (snapshot.pending or self._may_grow(snapshot)):
             return Decision()
         collecting = gc.isenabled()
         gc.disable()  # see _decide
@@ -291,11 +299,11 @@ class TangramPolicy:
         round_ = _Round(pool, config, snapshot.now)
         classes = self._classes(snapshot, pool)
         round_.place(classes)
-        if config.shrinking and snapshot.shrinkable:
-            round_.take_back(snapshot.shrinkable, classes)
+        if config.shrinking and snapshot.resizable:
+            round_.take_back(snapshot.resizable, classes)
         if config.elastic:
-            round_.expand()
-        return Decision(placements=tuple(round_.placements()), shrinks=tuple(round_.shrinks))
+            round_.expand(self._growable(snapshot, round_))
+        return Decision(placements=tuple(round_.placements()), resizes=tuple(round_.resizes))
 
     def _classes(self, snapshot: Snapshot, pool: Pool) -> list[_Class]:
         config = self.config
@@ -389,6 +397,42 @@ class TangramPolicy:
             out.append(cls)
         return out
 
+    def _may_grow(self, snapshot: Snapshot) -> bool:
+        """Whether a running action could take more units (only of a kind taken back)."""
+        config = self.config
+        return (
+            config.elastic
+            and config.growing
+            and config.shrinking
+            and any(held.elasticity.max_units > held.units for held in snapshot.resizable)
+        )
+
+    def _growable(self, snapshot: Snapshot, round_: _Round) -> list[tuple[Resizable, float]]:
+        """Running actions that may grow, each with its expected work left at its minimum:
+        its expected work less what it has done, but at least as much again as it
+        has done (durations have long tails; the longer a run has gone, the longer
+        it is likely to go on). An overestimate costs little: units of these
+        kinds are taken back as soon as others wait. (Left at the learned
+        remainder alone, the sweep of ``bench/README.md`` lost 2-8% mean ACT.)
+        """
+        if not self._may_grow(snapshot):
+            return []
+        shrunk = {resize.action_id for resize in round_.resizes}
+        stats = snapshot.duration_stats
+        priors = type_priors(stats)
+        out = []
+        for held in snapshot.resizable:
+            if held.elasticity.max_units <= held.units or held.action_id in shrunk:
+                continue
+            if held.unit_kind not in RESIZABLE_KINDS or held.node not in round_.pool.free:
+                continue
+            if held.duration_hint_s is not None and held.duration_hint_s >= 0:
+                work = held.duration_hint_s
+            else:
+                work = expected_work(held.tenant, held.type, stats, priors)
+            out.append((held, max(work - held.done_s, held.done_s)))
+        return out
+
     @staticmethod
     def _batch_size(pool: Pool, action: PendingAction, count: int) -> int:
         """Batch only as much as needed for every member to start now."""
@@ -424,7 +468,7 @@ class _Round:
         #: Kinds some action found no room of: extra elastic units leave them.
         self.contended: set[str] = set()
         self.elastic = config.elastic  # read once per placement
-        self.shrinks: list[Shrink] = []
+        self.resizes: list[Resize] = []
         #: (tenant, kind) a borrower found its tenant's limit of.
         self.limited: set[tuple[str, str]] = set()
 
@@ -517,7 +561,7 @@ class _Round:
         else:
             self.borrow_in_order(borrowers)
 
-    def take_back(self, shrinkable: tuple[Shrinkable, ...], classes: list[_Class]) -> None:
+    def take_back(self, resizable: tuple[Resizable, ...], classes: list[_Class]) -> None:
         """Units running elastic actions hold above their minimum, for actions that wait.
 
         When some unplaced action could use them (it runs on a node that
@@ -531,8 +575,8 @@ class _Round:
         its lent quota). The rest is charged again.
         """
         pool = self.pool
-        lent: dict[tuple[str, str], list[Shrinkable]] = {}
-        for held in shrinkable:
+        lent: dict[tuple[str, str], list[Resizable]] = {}
+        for held in resizable:
             if held.units > held.min_units and held.node in pool.free and held.unit > 0:
                 lent.setdefault((held.node, held.unit_kind), []).append(held)
         lent_kinds = {kind for _, kind in lent}
@@ -615,7 +659,7 @@ class _Round:
                 if kept < held.units:
                     allocation = dict(held.allocation)
                     allocation[kind] = kept * held.unit
-                    self.shrinks.append(Shrink(held.action_id, node_id, allocation, kept))
+                    self.resizes.append(Resize(held.action_id, node_id, allocation, kept))
 
     def serve_guarantees(self, classes: list[_Class]) -> dict[str, list[_Class]]:
         """Place, in key order, every entry within its tenant's guarantee.
@@ -739,8 +783,12 @@ class _Round:
     def _share(self, tenant: str) -> float:
         return self.pool.dominant_share(tenant) / self._weight(tenant)
 
-    def expand(self) -> None:
-        """Give leftover room to elastic actions, largest expected saving first."""
+    def expand(self, growable: list[tuple[Resizable, float]]) -> None:
+        """Give leftover room to elastic actions, largest expected saving first.
+
+        Candidates are the round's placements and ``growable``: running
+        actions with the work they have left, which grow by ``Decision.resizes``.
+        """
         pool = self.pool
         pool.retire_indexes()  # no more best-fit searches: stop keeping node indexes sorted
         config = self.config
@@ -771,6 +819,21 @@ class _Round:
                 heap.append((-gain, group.outs[0], unit, group, 1))
                 if unit < smallest.get(kind, math.inf):
                     smallest[kind] = unit
+        #: Running actions that may grow, as candidates at -1 - their index here.
+        running: list[Resizable] = []
+        for action, left_s in growable:
+            kind = action.unit_kind
+            if kind not in threshold:
+                continue
+            elasticity = action.elasticity
+            group = _GainGroup(None, elasticity, action.allocation, left_s, 0.0, action.tenant)
+            gain = self._gain(elasticity, left_s, action.units, 0.0, threshold, memo)
+            unit = action.unit
+            if gain is not None and unit > 0:
+                heap.append((-gain, -1 - len(running), unit, group, 0))
+                running.append(action)
+                if unit < smallest.get(kind, math.inf):
+                    smallest[kind] = unit
         live = {kind for kind, unit in smallest.items() if budget.get(kind, 0.0) >= unit}
         heapq.heapify(heap)
         out = self.out
@@ -790,7 +853,7 @@ class _Round:
             kind = elasticity.unit_kind
             if budget[kind] < unit:
                 continue
-            node_id = out[at].node_id
+            node_id = out[at].node_id if at >= 0 else running[-1 - at].node
             if pool.free[node_id].get(kind, 0.0) + 1e-9 < unit:
                 continue
             tenant = group.tenant
@@ -802,8 +865,15 @@ class _Round:
                 continue
             if not (pool.lends_all or pool.leaves_unlent_guarantees(tenant, one)):
                 continue
+            if not self._lent(kind) and not pool.leaves_idle_guarantees(tenant, one):
+                continue
             state = grown.get(at)
-            held = out[at].gpus if state is None else state.gpus
+            if state is not None:
+                held = state.gpus
+            elif at >= 0:
+                held = out[at].gpus
+            else:  # a running action: of a kind taken back, so never GPUs
+                held = ()
             more: tuple[str, ...] = ()
             if kind == "gpu" and node_id in pool.gpu_free:
                 if held and self.config.topology:
@@ -822,7 +892,8 @@ class _Round:
                 live.discard(kind)
             threshold[kind] = self._threshold(kind)
             if state is None:
-                state = grown[at] = _Grown(group, max(elasticity.min_units, 1), held)
+                units = running[-1 - at].units if at < 0 else max(elasticity.min_units, 1)
+                state = grown[at] = _Grown(group, units, held)
             state.units += 1
             state.gpus += more
             state.extra[kind] = state.extra.get(kind, 0.0) + unit
@@ -830,6 +901,13 @@ class _Round:
             if gain is not None:
                 heapq.heappush(heap, (-gain, at, unit, group, 0))
         for at, state in grown.items():  # their placements, with the extra units
+            if at < 0:
+                was = running[-1 - at]
+                kind = was.unit_kind
+                allocation = dict(was.allocation)
+                allocation[kind] = allocation.get(kind, 0.0) + state.extra[kind]
+                self.resizes.append(Resize(was.action_id, was.node, allocation, state.units))
+                continue
             allocation = dict(state.group.allocation)
             for kind, amount in state.extra.items():
                 allocation[kind] = allocation.get(kind, 0.0) + amount
@@ -840,7 +918,7 @@ class _Round:
 
     def _lent(self, kind: str) -> bool:
         """Whether extra units of ``kind`` are lent: taken back as soon as others wait."""
-        return self.config.shrinking and kind in SHRINKABLE_KINDS
+        return self.config.shrinking and kind in RESIZABLE_KINDS
 
     def _threshold(self, kind: str) -> float:
         """The fraction of its time an extra unit must save at the kind's current load.

@@ -71,17 +71,18 @@ class RunningAction:
     gpus: tuple[str, ...] = ()
 
 
-#: Unit kinds a running action can give back while it runs: a cgroup's CPU
-#: quota can be lowered at any time, memory and devices cannot.
-SHRINKABLE_KINDS = frozenset({"cpu"})
+#: Unit kinds a running action's holding can change while it runs: a cgroup's
+#: CPU quota can be raised or lowered at any time, memory and devices cannot.
+RESIZABLE_KINDS = frozenset({"cpu"})
 
 
 @dataclass(frozen=True, slots=True)
-class Shrinkable:
-    """A running elastic action holding units above its minimum, of a kind it can give back.
+class Resizable:
+    """A running elastic action whose units, of a kind in ``RESIZABLE_KINDS``, may change.
 
     It is also in ``Snapshot.running`` (or its tenant's usage): this only says
-    what may be taken back, ``allocation[unit_kind] / units`` per unit, down to ``min_units``.
+    what it holds, ``allocation[unit_kind] / units`` per unit, and how far it
+    may go: back to ``min_units``, up to ``max_units``.
     """
 
     action_id: str
@@ -89,8 +90,20 @@ class Shrinkable:
     node: str
     allocation: Resources
     units: int
-    min_units: int
-    unit_kind: str = "cpu"
+    elasticity: Elasticity
+    #: Its action type, whose learned duration tells how much work it has left.
+    type: str = ""
+    duration_hint_s: float | None = None
+    #: Seconds of its run done so far, counted at its minimum units.
+    done_s: float = 0.0
+
+    @property
+    def min_units(self) -> int:
+        return self.elasticity.min_units
+
+    @property
+    def unit_kind(self) -> str:
+        return self.elasticity.unit_kind
 
     @property
     def unit(self) -> float:
@@ -176,9 +189,10 @@ class Snapshot:
     #: on a node absent from ``nodes`` then count for tenant usage only.
     #: ``None``: the pool is ``nodes`` as given.
     capacity: Resources | None = None
-    #: Running actions whose extra units a round may take back for actions
-    #: that wait; a policy may ignore them. Their nodes are in ``nodes``.
-    shrinkable: tuple[Shrinkable, ...] = ()
+    #: Running elastic actions whose units a round may change: take back extra
+    #: units for actions that wait, or add units while the pool is idle. A
+    #: policy may ignore them. Their nodes are in ``nodes``.
+    resizable: tuple[Resizable, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +210,8 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
-class Shrink:
-    """Take units back from a running action (a ``Snapshot.shrinkable`` one)."""
+class Resize:
+    """Change the units of a running action (a ``Snapshot.resizable`` one)."""
 
     action_id: str
     node_id: str
@@ -209,8 +223,8 @@ class Shrink:
 @dataclass(frozen=True, slots=True)
 class Decision:
     placements: tuple[Placement, ...] = ()
-    #: Applied before the placements, whose room they free.
-    shrinks: tuple[Shrink, ...] = ()
+    #: Applied before the placements, whose room the shrinking ones free.
+    resizes: tuple[Resize, ...] = ()
 
 
 class Policy(Protocol):

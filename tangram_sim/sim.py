@@ -13,10 +13,11 @@ inside it) and ``static`` (each trajectory holds a sandbox for its whole life,
 task-bound work on per-task shares).
 
 The policy is called only when something changed (a submit or a finish), at
-most once per ``round_interval_s``, with the nodes that have room and offer a
-pending type, their free room as capacity, and per-tenant usage; and the
-running actions holding cores above their minimum (with their nodes), which
-it may shrink: the rest of such a run goes at the speed of its new units.
+most once per ``round_interval_s``, while actions wait or running ones could
+grow, with the nodes that have room and offer a pending type, their free room
+as capacity, and per-tenant usage; and the running elastic actions whose
+cores can change (with their nodes), which it may shrink or grow: the rest of
+such a run goes at the speed of its new units.
 """
 
 from __future__ import annotations
@@ -34,16 +35,16 @@ from tangram_policy.pool import gpu_group_size, take_gpus
 from tangram_policy.registry import get_policy
 from tangram_policy.types import (
     EPSILON,
-    SHRINKABLE_KINDS,
+    RESIZABLE_KINDS,
     DurationStat,
     Elasticity,
     Node,
     PendingAction,
     Placement,
     Policy,
+    Resizable,
+    Resize,
     RunningAction,
-    Shrink,
-    Shrinkable,
     Snapshot,
 )
 from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
@@ -160,6 +161,7 @@ class _Action:
         "gpus",
         "run_s",
         "run_from",
+        "left",
         "finish_at",
         "pending",
         "is_lease",
@@ -188,8 +190,10 @@ class _Action:
         self.allocation: dict[str, float] = {}
         self.gpus: tuple[str, ...] = ()
         self.run_s = 0.0
-        #: When its run begins (after setup) and ends: a shrink moves the end.
+        #: When its run (after setup) or the part since its last resize began, and
+        #: the fraction of its work then left; when it ends: a resize moves the end.
         self.run_from = 0.0
+        self.left = 1.0
         self.finish_at = 0.0
         self.pending: PendingAction | None = None
         self.is_lease = False
@@ -336,8 +340,8 @@ class Simulation:
             for executor in node.executors:
                 self._groups_of_type.setdefault(executor, set()).add(node.group)
         self._makespan = 0.0
-        #: Running single actions holding more units than their minimum, of a shrinkable kind.
-        self._grown: dict[str, _Action] = {}
+        #: Running single elastic actions whose units (of a resizable kind) may change.
+        self._resizable: dict[str, _Action] = {}
         self._runs: list[_TaskRun] = []
         #: Replays only: each arrival's trajectory, and the arrivals waiting on an action id.
         self._trajectory_of: dict[str, str] = {}
@@ -425,7 +429,8 @@ class Simulation:
                 break
             self.now = at
             if kind == _FINISH:
-                if payload.finish_at == at:  # else a shrink moved it
+                # Else a resize moved it (a later one may move it back: one finish).
+                if payload.finish_at == at and payload.finished < 0:
                     self._finish(payload)
             elif kind == _THINK_DONE:
                 self._think_done(payload)
@@ -569,7 +574,7 @@ class Simulation:
         self._wake()
 
     def _round(self) -> None:
-        if not self.pending:
+        if not self.pending and not self._resizable:
             return
         self.rounds += 1
         types = {a.type.id for a in self.pending.values()}
@@ -577,28 +582,31 @@ class Simulation:
             chosen = self._candidates(types)
         else:
             chosen = [self.nodes[node_id] for node_id in self._room]
-        shrinkable = tuple(
-            Shrinkable(
+        resizable = tuple(
+            Resizable(
                 a.id,
                 a.tenant,
                 a.node.id,
                 a.allocation,
                 a.units,
-                a.type.elasticity.min_units,
-                a.type.elasticity.unit_kind,
+                a.type.elasticity,
+                a.type.id,
+                None,
+                self._done_s(a),
             )
-            for a in self._grown.values()
+            for a in self._resizable.values()
             if a.node is not None
         )
-        if shrinkable:
+        held_on = {held.node for held in resizable}
+        if resizable:
             listed = {node.id for node in chosen}
-            chosen += [
-                self.nodes[node_id]
-                for node_id in dict.fromkeys(held.node for held in shrinkable)
-                if node_id not in listed
-            ]
+            chosen += [self.nodes[node_id] for node_id in held_on if node_id not in listed]
         chosen.sort(key=lambda n: n.order)
-        nodes = tuple(node.node_view() for node in chosen if not types.isdisjoint(node.executors))
+        nodes = tuple(
+            node.node_view()
+            for node in chosen
+            if node.id in held_on or not types.isdisjoint(node.executors)
+        )
         if not nodes:
             return
         running = tuple(
@@ -613,11 +621,11 @@ class Simulation:
             running=running,
             duration_stats=self.stats,
             capacity=self.capacity,
-            shrinkable=shrinkable,
+            resizable=resizable,
         )
         decision = self.policy.decide(snapshot)
-        for shrink in decision.shrinks:
-            self._shrink(shrink)
+        for resize in decision.resizes:
+            self._resize(resize)
         batches: dict[str, list[tuple[_Action, Placement]]] = {}
         for placement in decision.placements:
             action = self.pending.pop(placement.action_id, None)
@@ -627,6 +635,17 @@ class Simulation:
             batches.setdefault(key, []).append((action, placement))
         for members in batches.values():
             self._start(members)
+
+    def _done_s(self, action: _Action) -> float:
+        """Work ``action`` has done, in seconds at its minimum units."""
+        return action.base_s * (1.0 - self._left(action))
+
+    def _left(self, action: _Action) -> float:
+        """The fraction of ``action``'s work not done yet."""
+        span = action.finish_at - action.run_from
+        if self.now <= action.run_from or span <= 0:
+            return action.left
+        return action.left * max(action.finish_at - self.now, 0.0) / span
 
     def _candidates(self, types: set[str]) -> list[_Node]:
         """The nodes a round needs on a large pool: every partly used node with room,
@@ -747,50 +766,55 @@ class Simulation:
                 action.run_from = now + setup + start
                 action.finish_at = action.run_from + run_s
                 self._push(action.finish_at, _FINISH, action)
-                elasticity = action.type.elasticity
+                pending = action.pending
                 if (
                     len(members) == 1
-                    and action.units > elasticity.min_units
-                    and elasticity.unit_kind in SHRINKABLE_KINDS
+                    and pending is not None
+                    and pending.elasticity.max_units > pending.elasticity.min_units
+                    and pending.elasticity.unit_kind in RESIZABLE_KINDS
                 ):
-                    self._grown[action.id] = action
+                    self._resizable[action.id] = action
 
-    def _shrink(self, shrink: Shrink) -> None:
-        """Take units back from a running action: it holds less and runs the rest slower."""
-        action = self._grown.get(shrink.action_id)
+    def _resize(self, resize: Resize) -> None:
+        """Change a running action's units: the rest of its run goes at their speed."""
+        action = self._resizable.get(resize.action_id)
         elasticity = action.type.elasticity if action is not None else None
         if action is None or action.node is None or elasticity is None:
-            raise PolicyError(f"{self.policy_name}: shrinks {shrink.action_id}, not shrinkable")
+            raise PolicyError(f"{self.policy_name}: resizes {resize.action_id}, not resizable")
         kind = elasticity.unit_kind
         unit = action.allocation[kind] / action.units
-        expected = {**action.allocation, kind: unit * shrink.units}
+        expected = {**action.allocation, kind: unit * resize.units}
         if (
-            shrink.node_id != action.node.id
-            or not elasticity.min_units <= shrink.units < action.units
-            or set(shrink.allocation) != set(expected)
-            or any(abs(shrink.allocation[k] - v) > 1e-6 for k, v in expected.items())
+            resize.node_id != action.node.id
+            or not elasticity.min_units <= resize.units <= elasticity.max_units
+            or resize.units == action.units
+            or set(resize.allocation) != set(expected)
+            or any(abs(resize.allocation[k] - v) > 1e-6 for k, v in expected.items())
         ):
             raise PolicyError(
-                f"{self.policy_name}: shrinks {action.id} to {shrink.units} units "
-                f"{dict(shrink.allocation)}; it holds {action.units} units {action.allocation}"
+                f"{self.policy_name}: resizes {action.id} to {resize.units} units "
+                f"{dict(resize.allocation)}; it holds {action.units} units {action.allocation}"
             )
         now = self.now
         node = action.node
         released = action.allocation[kind] - expected[kind]
+        if -released > node.free.get(kind, 0.0) + 1e-6:
+            raise PolicyError(
+                f"{self.policy_name}: grows {action.id} by {-released} {kind} on {node.id} "
+                f"with {node.free.get(kind, 0.0)} free"
+            )
         node.free[kind] = node.free.get(kind, 0.0) + released
         usage = self.usage[action.tenant]
         usage[kind] = usage.get(kind, 0.0) - released
         self.busy[kind] = self.busy.get(kind, 0.0) + released * (now - action.started)
         action.allocation = expected
         # The part of the run not yet done, at the new units' speed.
-        span = action.finish_at - action.run_from
-        left = 1.0 if now <= action.run_from or span <= 0 else (action.finish_at - now) / span
-        action.units = shrink.units
-        action.run_s = action.base_s / speedup(elasticity, shrink.units)
-        action.finish_at = max(now, action.run_from) + left * action.run_s
+        action.left = self._left(action)
+        action.run_from = max(now, action.run_from)
+        action.units = resize.units
+        action.run_s = action.base_s / speedup(elasticity, resize.units)
+        action.finish_at = action.run_from + action.left * action.run_s
         self._push(action.finish_at, _FINISH, action)
-        if shrink.units == elasticity.min_units:
-            del self._grown[action.id]
         node.view = None
         self._room.add(node.id)
         self._partial.add(node.id)
@@ -855,7 +879,7 @@ class Simulation:
 
     def _finish(self, action: _Action) -> None:
         action.finished = self.now
-        self._grown.pop(action.id, None)
+        self._resizable.pop(action.id, None)
         self._makespan = max(self._makespan, self.now)
         in_lease = action.allocation == {} and not action.is_lease
         if not in_lease:

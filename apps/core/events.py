@@ -41,9 +41,9 @@ def agent_assign(node_id: str, assignments: list[dict[str, Any]]) -> None:
     _send(agent_group(node_id), {"type": "agent.assign", "assignments": assignments})
 
 
-def agent_shrink(node_id: str, shrink: dict[str, Any]) -> None:
-    """``shrink`` is a protocol ``Shrink`` less its type: the consumer adds it."""
-    _send(agent_group(node_id), {"type": "agent.shrink", "shrink": shrink})
+def agent_resize(node_id: str, resize: dict[str, Any]) -> None:
+    """``resize`` is a protocol ``Resize`` less its type: the consumer adds it."""
+    _send(agent_group(node_id), {"type": "agent.resize", "resize": resize})
 
 
 def agent_cancel(node_id: str, action_id: str, attempt: int) -> None:

@@ -40,7 +40,10 @@ class NodeListApi(APIView):
         actions = serializers.IntegerField(help_text="Assigned and running actions.")
         protocol = serializers.IntegerField(
             source="node.protocol",
-            help_text="The protocol its agent registered with; from 3 it can shrink elastic runs.",
+            help_text=(
+                "The protocol its agent registered with; from 3 it can shrink elastic runs, "
+                "from 5 also grow them."
+            ),
         )
         last_seen_at = serializers.DateTimeField(source="node.last_seen_at")
 

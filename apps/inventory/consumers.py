@@ -19,7 +19,7 @@ from apps.actions.services import action_mark_started, action_record_result
 from apps.core.events import agent_group
 from apps.core.exceptions import ApplicationError
 from apps.inventory import selectors, services
-from tangram_agent.protocol import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+from tangram_agent.protocol import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RESIZE_PROTOCOL
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ CLOCK_SAMPLES = 16
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     node_id: Any = None
     group: str | None = None
+    #: The protocol its agent registered with.
+    protocol = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -100,14 +102,14 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self._register(content)
             elif kind == "heartbeat":
                 self._sample_clock(content)
-                resend, stale, shrinks = await database_sync_to_async(services.node_heartbeat)(
+                resend, stale, resizes = await database_sync_to_async(services.node_heartbeat)(
                     node_id=self.node_id,
                     running=content.get("running", []),
                     warm=content.get("warm"),
                 )
                 await self._send_assignments(resend, stale)
-                for shrink in shrinks:
-                    await self.send_json({"type": "shrink", **shrink})
+                for resize in resizes:
+                    await self._send_resize(resize)
             elif kind == "started":
                 await database_sync_to_async(action_mark_started)(
                     node_id=self.node_id,
@@ -147,6 +149,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self._refuse(f"register refused: {exc.message}")
             return
         self.node_id = node.id
+        self.protocol = protocol
         self._sample_clock(content)
         self.group = agent_group(str(node.id))
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -171,8 +174,13 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         for assignment in event["assignments"]:
             await self.send_json({"type": "assign", "action": assignment})
 
-    async def agent_shrink(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "shrink", **event["shrink"]})
+    async def agent_resize(self, event: dict[str, Any]) -> None:
+        await self._send_resize(event["resize"])
+
+    async def _send_resize(self, resize: dict[str, Any]) -> None:
+        """As ``resize``, or ``shrink`` to an older agent (which the server only shrinks)."""
+        kind = "resize" if self.protocol >= RESIZE_PROTOCOL else "shrink"
+        await self.send_json({"type": kind, **resize})
 
     async def agent_cancel(self, event: dict[str, Any]) -> None:
         await self.send_json(

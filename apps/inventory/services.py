@@ -57,12 +57,12 @@ ASSIGNMENT_FIELDS = (
 )
 
 
-#: What ``shrink_of`` reads of an action.
-SHRINK_FIELDS = ("id", "attempt", "allocation", "units")
+#: What ``resize_of`` reads of an action.
+RESIZE_FIELDS = ("id", "attempt", "allocation", "units")
 
 
-def shrink_of(action: Action) -> dict[str, Any]:
-    """The ``shrink`` message for ``action``'s current allocation, less its type."""
+def resize_of(action: Action) -> dict[str, Any]:
+    """The ``resize`` message for ``action``'s current allocation, less its type."""
     return {
         "action": str(action.pk),
         "attempt": action.attempt,
@@ -214,7 +214,7 @@ def node_heartbeat(
 ) -> tuple[list[Assignment], list[ActionRef], list[dict[str, Any]]]:
     """Renew the lease, store the node's ``warm`` keys (protocol 4; None: an older
     agent, left as it is); return what the agent lacks, what it should stop, and
-    the shrinks it missed.
+    the resizes it missed.
 
     A change of ``warm`` refreshes the dashboards (which show it); it frees no
     room, so no scheduling round is woken.
@@ -222,7 +222,7 @@ def node_heartbeat(
     Assignments older than two heartbeats that the agent does not hold were
     lost in transit (a Redis blip) and are sent again; the agent ignores one it
     already holds. Runs it holds that are no longer its own are cancelled.
-    A run it holds to more cores than its action now has missed its shrink.
+    A run it holds to other cores than its action now has missed its resize.
     """
     now = timezone.now()
     Node.objects.filter(pk=node_id).update(last_seen_at=now, state=Node.State.ONLINE)
@@ -241,23 +241,23 @@ def node_heartbeat(
         )
         if (str(a.pk), a.attempt) not in held
     ]
-    return resend, _stale(node_id, held), _missed_shrinks(node_id, running)
+    return resend, _stale(node_id, held), _missed_resizes(node_id, running)
 
 
-def _missed_shrinks(node_id: Any, running: list[ActionRef]) -> list[dict[str, Any]]:
-    """``shrink`` messages (less their type) for runs held to more cores than their action has."""
+def _missed_resizes(node_id: Any, running: list[ActionRef]) -> list[dict[str, Any]]:
+    """``resize`` messages (less their type) for runs held to other cores than their action has."""
     cores = {
         (ref["action"], int(ref["attempt"])): float(ref["cpu"]) for ref in running if "cpu" in ref
     }
     if not cores:
         return []
     return [
-        shrink_of(action)
+        resize_of(action)
         for action in Action.objects.filter(
             pk__in=[action for action, _ in cores], node_id=node_id, state__in=PLACED_STATES
-        ).only(*SHRINK_FIELDS)
+        ).only(*RESIZE_FIELDS)
         if (held := cores.get((str(action.pk), action.attempt))) is not None
-        and float(action.allocation.get("cpu", held)) < held - 1e-9
+        and abs(float(action.allocation.get("cpu", held)) - held) > 1e-9
     ]
 
 

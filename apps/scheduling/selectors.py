@@ -6,10 +6,10 @@ action now (one of its types, room for its demand), each with that room as
 its capacity and, in its GPU groups, only the ids no placed action holds;
 tenant usage as one entry per tenant; the pool's total capacity. Full nodes
 and the rows of running actions never reach the policy, except elastic
-actions holding cores above their minimum (``Snapshot.shrinkable``), with
-their nodes where what they could give back would take a queued action. When
-no node could take anything the queue itself is not read: a wake-up that
-cannot place anything costs a few small queries.
+actions whose cores can change (``Snapshot.resizable``), with their nodes
+where what they could give back would take a queued action or where they
+could grow. When no node could take anything the queue itself is not read: a
+wake-up that cannot place anything costs a few small queries.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from django.db.models import F, TextField, Window
@@ -27,17 +28,18 @@ from apps.actions.models import PLACED_STATES, Action, ActionDurationStat, Actio
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
-from tangram_agent.protocol import SHRINK_PROTOCOL
+from tangram_agent.protocol import RESIZE_PROTOCOL, SHRINK_PROTOCOL
+from tangram_policy.estimate import speedup
 from tangram_policy.pool import gpu_group_size
 from tangram_policy.types import (
     EPSILON,
-    SHRINKABLE_KINDS,
+    RESIZABLE_KINDS,
     DurationStat,
     Elasticity,
     PendingAction,
+    Resizable,
     Resources,
     RunningAction,
-    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -207,34 +209,58 @@ def _free_gpu_groups(
     return out
 
 
-def _shrinkable(decoded: _Decoded) -> list[Shrinkable]:
-    """Placed single actions holding more units than their minimum, of a kind that
-    shrinks, on online nodes whose agent takes ``shrink``."""
+def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
+    """Placed single elastic actions whose cores can change, on online nodes whose
+    agent takes ``shrink`` (those holding more than their minimum) or ``resize``
+    (any: they may also grow). An older agent's are offered capped at their units.
+
+    The work done is approximated as its run so far at its current units.
+    """
     rows = (
         Action.objects.filter(
             state__in=PLACED_STATES,
             batch_id="",
-            units__gt=1,
             node__state=Node.State.ONLINE,
             node__protocol__gte=SHRINK_PROTOCOL,
         )
+        .exclude(elasticity={})
         .order_by("assigned_at", "id")
         .annotate(allocation_text=_as_text("allocation"), elasticity_text=_as_text("elasticity"))
-        .values_list("id", "tenant_id", "node_id", "allocation_text", "units", "elasticity_text")
+        .values_list(
+            "id",
+            "tenant_id",
+            "node_id",
+            "allocation_text",
+            "units",
+            "elasticity_text",
+            "type",
+            "duration_hint_s",
+            "started_at",
+            "node__protocol",
+        )
     )
     out = []
-    for id_, tenant_id, node_id, allocation, units, elasticity_text in rows:
+    for row in rows:
+        id_, tenant_id, node_id, allocation, units, elasticity_text = row[:6]
+        type_, hint, started, protocol = row[6:]
         elasticity = decoded.get("elasticity", elasticity_text, _elasticity)
-        if elasticity.unit_kind in SHRINKABLE_KINDS and units > elasticity.min_units:
+        if elasticity.unit_kind not in RESIZABLE_KINDS:
+            continue
+        if protocol < RESIZE_PROTOCOL:
+            elasticity = replace(elasticity, max_units=units)
+        if elasticity.min_units < units or units < elasticity.max_units:
+            ran_s = (now - started).total_seconds() if started is not None else 0.0
             out.append(
-                Shrinkable(
+                Resizable(
                     str(id_),
                     str(tenant_id),
                     str(node_id),
                     decoded.get("allocation", allocation),
                     units,
-                    elasticity.min_units,
-                    elasticity.unit_kind,
+                    elasticity,
+                    type_,
+                    hint,
+                    max(ran_s, 0.0) * speedup(elasticity, units),
                 )
             )
     return out
@@ -245,12 +271,16 @@ def scheduling_snapshot() -> Snapshot:
     decoded = _Decoded()
     placed = placed_usage()
     demands = _queued_demands(decoded)
-    shrinkable = _shrinkable(decoded) if demands else []
-    #: Per node, the room its shrinkable actions could give back.
+    resizable = _resizable(decoded, now)
+    #: Per node, the room its resizable actions could give back.
     returnable: dict[str, dict[str, float]] = {}
-    for held in shrinkable:
+    #: Per node, the (kind, unit) of the actions there that may grow.
+    growable: dict[str, set[tuple[str, float]]] = {}
+    for held in resizable:
         extra = returnable.setdefault(held.node, {})
         extra[held.unit_kind] = extra.get(held.unit_kind, 0.0) + held.extra
+        if held.units < held.elasticity.max_units:
+            growable.setdefault(held.node, set()).add((held.unit_kind, held.unit))
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []
     gpu_groups: dict[str, list[list[str]]] = {}
@@ -262,12 +292,19 @@ def scheduling_snapshot() -> Snapshot:
         add_resources(capacity, node_capacity)
         room = placed.free_on(node_id, node_capacity)
         extra = returnable.get(str(node_id))
-        if _can_take(room, executors, demands) or (
-            extra is not None
-            and _can_take(
-                {k: room.get(k, 0.0) + extra.get(k, 0.0) for k in {*room, *extra}},
-                executors,
-                demands,
+        if (
+            _can_take(room, executors, demands)
+            or (
+                extra is not None
+                and _can_take(
+                    {k: room.get(k, 0.0) + extra.get(k, 0.0) for k in {*room, *extra}},
+                    executors,
+                    demands,
+                )
+            )
+            or any(
+                room.get(kind, 0.0) + EPSILON >= unit
+                for kind, unit in growable.get(str(node_id), ())
             )
         ):
             useful.append(PolicyNode(str(node_id), room, frozenset(executors), frozenset(warm)))
@@ -282,11 +319,11 @@ def scheduling_snapshot() -> Snapshot:
         now=now.timestamp(),
         nodes=tuple(_free_gpu_groups(useful, gpu_groups)),
         quotas=_quotas(),
-        pending=_pending(decoded) if useful else (),
+        pending=_pending(decoded) if useful and demands else (),
         running=running,
         duration_stats=_duration_stats(),
         capacity=capacity,
-        shrinkable=tuple(held for held in shrinkable if held.node in listed),
+        resizable=tuple(held for held in resizable if held.node in listed),
     )
 
 

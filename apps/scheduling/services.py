@@ -19,14 +19,14 @@ from apps.actions.models import PLACED_STATES, Action, ActionEvent, ActionState
 from apps.core import events
 from apps.inventory.services import (
     ASSIGNMENT_FIELDS,
-    SHRINK_FIELDS,
+    RESIZE_FIELDS,
     assignment_of,
     nodes_reap_lost,
-    shrink_of,
+    resize_of,
 )
 from apps.scheduling.selectors import scheduling_snapshot
 from tangram_policy.registry import get_policy
-from tangram_policy.types import Placement, Shrink
+from tangram_policy.types import Placement, Resize
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _schedule_round() -> RoundReport:
     decision = get_policy(settings.TANGRAM_POLICY).decide(snapshot)
     policy_ms = (time.perf_counter() - policy_started) * 1000
     now = timezone.now()
-    _shrink(decision.shrinks)
+    _resize(decision.resizes)
     assigned = _assign(decision.placements, now)
     if assigned:
         ActionEvent.objects.bulk_create(
@@ -103,33 +103,36 @@ def _schedule_round() -> RoundReport:
     return report
 
 
-def _shrink(shrinks: Sequence[Shrink]) -> None:
-    """Take units back from running elastic actions, before the placements that use them.
+def _resize(resizes: Sequence[Resize]) -> None:
+    """Change running elastic actions' cores: take some back before the placements
+    that use them, or give more while the pool is idle.
 
     Conditional on the action still being placed on that node: one that ended
-    since the snapshot freed its room anyway. Its agent lowers the run's CPU
+    since the snapshot freed its room anyway. Its agent sets the run's CPU
     limit when this commits; until then the placements made with the room are
     not sent either (the same commit), so a core is never promised twice for long.
     """
-    if not shrinks:
+    if not resizes:
         return
-    wanted = {shrink.action_id: shrink for shrink in shrinks}
-    shrunk = []
+    wanted = {resize.action_id: resize for resize in resizes}
+    changed = []
     for action in Action.objects.filter(pk__in=list(wanted), state__in=PLACED_STATES).only(
-        *SHRINK_FIELDS, "node_id"
+        *RESIZE_FIELDS, "node_id"
     ):
-        shrink = wanted[str(action.pk)]
-        if str(action.node_id) != shrink.node_id:
+        resize = wanted[str(action.pk)]
+        if str(action.node_id) != resize.node_id:
             continue
-        action.allocation = dict(shrink.allocation)
-        action.units = shrink.units
-        shrunk.append(action)
-        message = shrink_of(action)
+        action.allocation = dict(resize.allocation)
+        action.units = resize.units
+        changed.append(action)
+        message = resize_of(action)
         transaction.on_commit(
-            lambda n=shrink.node_id, m=message: events.agent_shrink(n, m)  # type: ignore[misc]
+            lambda n=resize.node_id, m=message: events.agent_resize(n, m)  # type: ignore[misc]
         )
-    Action.objects.bulk_update(shrunk, ["allocation", "units"], batch_size=WRITE_CHUNK)
-    logger.info("round took units back from %d elastic action(s)", len(shrunk))
+    Action.objects.bulk_update(changed, ["allocation", "units"], batch_size=WRITE_CHUNK)
+    if changed:
+        transaction.on_commit(events.dashboard_changed)
+    logger.info("round resized %d running elastic action(s)", len(changed))
 
 
 def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:

@@ -8,7 +8,7 @@ from tangram_agent.executors.base import (
     Executor,
     Outcome,
     PayloadError,
-    ShrinkableExecutor,
+    ResizableExecutor,
     WarmExecutor,
 )
 from tangram_agent.executors.sandbox import Sandbox, SandboxExecutor, SandboxSettings
@@ -28,7 +28,7 @@ __all__ = [
     "SandboxExecutor",
     "SandboxSettings",
     "ScorerExecutor",
-    "ShrinkableExecutor",
+    "ResizableExecutor",
     "SleepExecutor",
     "WarmExecutor",
     "build_executors",

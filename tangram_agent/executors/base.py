@@ -50,11 +50,11 @@ class BatchExecutor(Executor, Protocol):
 
 
 @runtime_checkable
-class ShrinkableExecutor(Executor, Protocol):
-    """An executor that can hold a launched run to fewer cores when the server shrinks it."""
+class ResizableExecutor(Executor, Protocol):
+    """An executor that can change a launched run's cores when the server resizes it."""
 
-    def shrink(self, assignment: Assignment) -> None:
-        """Throttle ``assignment``'s run, if launched, to its (just lowered) ``cpu``."""
+    def resize(self, assignment: Assignment) -> None:
+        """Hold ``assignment``'s run, if launched, to its (just changed) ``cpu``."""
         ...
 
 

@@ -286,8 +286,8 @@ class Sandbox:
             else None
         )
         if self._cgroups is None or "cpu" not in self._cgroups.parents:
-            log.debug("no cpu cgroup controller: a shrink cannot throttle a running sandbox")
-        #: The cgroup of each launched run by (action, attempt): where a shrink lands.
+            log.debug("no cpu cgroup controller: a resize cannot change a running sandbox's cores")
+        #: The cgroup of each launched run by (action, attempt): where a resize lands.
         self._run_cgroups: dict[tuple[str, int], RunCgroup] = {}
         self._bwrap_modern = self._probe_bwrap()
         self.isolation = self._describe()
@@ -499,10 +499,10 @@ class Sandbox:
 
     # -- running ----------------------------------------------------------------
 
-    def shrink(self, assignment: Assignment) -> None:
-        """Throttle ``assignment``'s run to its allocation's (just lowered) ``cpu``.
+    def resize(self, assignment: Assignment) -> None:
+        """Hold ``assignment``'s run to its allocation's (just changed) ``cpu``.
 
-        A run without its cgroup yet reads the lowered allocation when it creates it.
+        A run without its cgroup yet reads the new allocation when it creates it.
         """
         cgroup = self._run_cgroups.get((str(assignment["id"]), int(assignment["attempt"])))
         _hold_to(cgroup, float(assignment["allocation"]["cpu"]), str(assignment["id"]))
@@ -523,7 +523,7 @@ class Sandbox:
                 launch = self._launch(assignment, payload, language, main_name, slot)
                 if isinstance(launch, Outcome):
                     return launch
-                # No await since the allocation was read: a shrink lands in it or in the cgroup.
+                # No await since the allocation was read: a resize lands in it or in the cgroup.
                 key = (str(assignment["id"]), int(assignment["attempt"]))
                 if launch.cgroup is not None:
                     self._run_cgroups[key] = launch.cgroup
@@ -1012,5 +1012,5 @@ class SandboxExecutor:
     async def execute(self, assignment: Assignment) -> Outcome:
         return await self.sandbox.run(assignment, self.language)
 
-    def shrink(self, assignment: Assignment) -> None:
-        self.sandbox.shrink(assignment)
+    def resize(self, assignment: Assignment) -> None:
+        self.sandbox.resize(assignment)

@@ -19,7 +19,7 @@ from tangram_agent.executors.sandbox import IDLE_CPUS
 from tangram_agent.protocol import scorer_warm_key
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
 from tests.agent.harness import FakeServer, arun, running_agent
-from tests.agent.test_shrink import cores_of, needs_cpu_controller
+from tests.agent.test_resize import cores_of, needs_cpu_controller
 
 pytestmark = needs_bwrap
 

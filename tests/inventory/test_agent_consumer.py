@@ -12,7 +12,7 @@ from apps.actions.models import Action, ActionEvent
 from apps.inventory.models import Node
 from apps.inventory.services import agent_token_issue
 from apps.scheduling.services import schedule_round
-from tangram_agent.protocol import PROTOCOL_VERSION, scorer_warm_key
+from tangram_agent.protocol import PROTOCOL_VERSION, RESIZE_PROTOCOL, scorer_warm_key
 from tangram_web.asgi import application
 from tests.factories import ActionFactory, succeeded_result
 
@@ -266,12 +266,12 @@ def _grown_elastic(node_name: str, units: int) -> Action:
     )
 
 
-@pytest.mark.parametrize("protocol", [PROTOCOL_VERSION, 2])
+@pytest.mark.parametrize("protocol", [PROTOCOL_VERSION, 3, 2])
 async def test_a_round_takes_cores_back_from_a_grown_elastic_action(
     agent_token, settings, protocol
 ):
-    """Protocol 3 agents get ``shrink`` before the assignment that uses the cores; older
-    agents' actions keep their units and the queued action waits."""
+    """Agents get ``resize`` (protocol 3 and 4: ``shrink``) before the assignment that
+    uses the cores; older agents' actions keep their units and the queued action waits."""
     settings.TANGRAM_POLICY = "tangram"
     communicator = await _connect(agent_token)
     await communicator.send_json_to({**_register(), "protocol": protocol})
@@ -289,9 +289,9 @@ async def test_a_round_takes_cores_back_from_a_grown_elastic_action(
         return
     assert placed == 1
     assert (elastic.units, elastic.allocation) == (1, {"cpu": 1, "memory": 16})
-    shrink = await communicator.receive_json_from(timeout=5)
-    assert shrink == {
-        "type": "shrink",
+    resize = await communicator.receive_json_from(timeout=5)
+    assert resize == {
+        "type": "resize" if protocol >= RESIZE_PROTOCOL else "shrink",
         "action": str(elastic.pk),
         "attempt": 1,
         "allocation": {"cpu": 1, "memory": 16},
@@ -302,9 +302,45 @@ async def test_a_round_takes_cores_back_from_a_grown_elastic_action(
     await communicator.disconnect()
 
 
-async def test_a_heartbeat_showing_a_lost_shrink_gets_it_again(agent_token):
-    """The round shrank the action while the shrink message was lost (a Redis blip):
-    the agent's heartbeat still reports 2 cores, so the server sends the shrink again."""
+@pytest.mark.parametrize("protocol", [PROTOCOL_VERSION, 4])
+async def test_a_round_with_nothing_queued_grows_a_running_elastic_action(
+    agent_token, settings, protocol
+):
+    """An action placed at one core on a busy pool gets more once the pool idles
+    (its agent lowers nothing it was promised); an agent older than protocol 5
+    cannot raise a run's cores, so its runs keep theirs."""
+    settings.TANGRAM_POLICY = "tangram"
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to({**_register(), "protocol": protocol})
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    elastic = await database_sync_to_async(_grown_elastic)("node-x", 1)
+    report = await database_sync_to_async(schedule_round)()
+    assert (report.pending, report.placed) == (0, 0)
+    await database_sync_to_async(elastic.refresh_from_db)()
+    if protocol < RESIZE_PROTOCOL:
+        assert elastic.units == 1
+        assert await communicator.receive_nothing(timeout=0.5)
+        await communicator.disconnect()
+        return
+    capacity = (await database_sync_to_async(Node.objects.get)(name="node-x")).capacity
+    assert 1 < elastic.units <= min(8, capacity["cpu"])
+    assert elastic.allocation == {"cpu": elastic.units, "memory": 16}
+    assert await communicator.receive_json_from(timeout=5) == {
+        "type": "resize",
+        "action": str(elastic.pk),
+        "attempt": 1,
+        "allocation": {"cpu": elastic.units, "memory": 16},
+        "units": elastic.units,
+    }
+    # Grown as far as is worth it: the next round changes nothing.
+    await database_sync_to_async(schedule_round)()
+    assert await communicator.receive_nothing(timeout=0.5)
+    await communicator.disconnect()
+
+
+async def test_a_heartbeat_showing_a_lost_resize_gets_it_again(agent_token):
+    """The round resized the action while the message was lost (a Redis blip): the
+    agent's heartbeat still reports the cores it had, so the server sends it again."""
     communicator = await _connect(agent_token)
     await communicator.send_json_to(_register())
     assert (await communicator.receive_json_from())["type"] == "registered"
@@ -312,11 +348,14 @@ async def test_a_heartbeat_showing_a_lost_shrink_gets_it_again(agent_token):
     ref = {"action": str(elastic.pk), "attempt": 1}
     await communicator.send_json_to({"type": "heartbeat", "running": [{**ref, "cpu": 2.0}]})
     assert await communicator.receive_json_from(timeout=5) == {
-        "type": "shrink",
+        "type": "resize",
         **ref,
         "allocation": {"cpu": 1, "memory": 16},
         "units": 1,
     }
+    # A lost grow too: the agent holds it to fewer cores than it has.
+    await communicator.send_json_to({"type": "heartbeat", "running": [{**ref, "cpu": 0.5}]})
+    assert (await communicator.receive_json_from(timeout=5))["allocation"]["cpu"] == 1
     # Held to what it has (or an agent that does not say): nothing to send.
     for running in ([{**ref, "cpu": 1.0}], [ref]):
         await communicator.send_json_to({"type": "heartbeat", "running": running})

@@ -9,8 +9,8 @@ from tangram_policy.types import (
     Elasticity,
     Node,
     PendingAction,
+    Resizable,
     RunningAction,
-    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -92,7 +92,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     node_list = [draw(nodes(i)) for i in range(draw(st.integers(1, 6)))]
     pending = [draw(pending_actions(i)) for i in range(draw(st.integers(0, 40)))]
     running: list[RunningAction] = []
-    shrinkable: list[Shrinkable] = []
+    resizable: list[Resizable] = []
     cores: dict[str, float] = {}
     free_gpus = {node.id: [g for group in node.gpu_groups for g in group] for node in node_list}
     for i in range(draw(st.integers(0, 6))):
@@ -124,9 +124,25 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 gpus=held,
             )
         )
-        if cpu >= 2 and draw(st.booleans()):  # an elastic action grown to one unit per core
-            minimum = draw(st.integers(1, int(cpu) - 1))
-            shrinkable.append(Shrinkable(f"r{i}", tenant, node.id, allocation, int(cpu), minimum))
+        if cpu >= 2 and draw(st.booleans()):  # an elastic action at one unit per core
+            units = int(cpu)
+            elasticity = Elasticity(
+                draw(st.integers(1, units)),
+                units + draw(st.integers(0, 4)),
+                draw(st.floats(0.0, 1.0)),
+            )
+            resizable.append(
+                Resizable(
+                    f"r{i}",
+                    tenant,
+                    node.id,
+                    allocation,
+                    units,
+                    elasticity,
+                    draw(st.sampled_from(TYPES)),
+                    done_s=draw(st.floats(0.0, 120.0)),
+                )
+            )
     stats = {
         (tenant, kind): DurationStat(draw(st.integers(1, 50)), draw(st.floats(0.5, 60.0)))
         for tenant in TENANTS
@@ -140,5 +156,5 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         pending=tuple(pending),
         running=tuple(running),
         duration_stats=stats,
-        shrinkable=tuple(shrinkable),
+        resizable=tuple(resizable),
     )

@@ -34,16 +34,17 @@ def _check_decision(snapshot: Snapshot, name: str) -> None:
             node_used[kind] = node_used.get(kind, 0.0) + amount
             tenant = usage.setdefault(running.tenant, {})
             tenant[kind] = tenant.get(kind, 0.0) + amount
-    shrinkable = {held.action_id: held for held in snapshot.shrinkable}
-    for shrink in decision.shrinks:
-        held = shrinkable.pop(shrink.action_id)  # a shrinkable action, shrunk once
-        assert shrink.node_id == held.node
-        assert held.min_units <= shrink.units < held.units, "not a shrink to a legal size"
-        assert shrink.allocation == {**held.allocation, "cpu": held.unit * shrink.units}
-        given_back = held.allocation["cpu"] - shrink.allocation["cpu"]
-        used[held.node]["cpu"] -= given_back
-        usage[held.tenant]["cpu"] -= given_back
     before = {tenant: dict(u) for tenant, u in usage.items()}
+    resizable = {held.action_id: held for held in snapshot.resizable}
+    for resize in decision.resizes:
+        held = resizable.pop(resize.action_id)  # a resizable action, resized once
+        assert resize.node_id == held.node
+        assert held.min_units <= resize.units <= held.elasticity.max_units, "not a legal size"
+        assert resize.units != held.units, "a resize that changes nothing"
+        assert resize.allocation == {**held.allocation, "cpu": held.unit * resize.units}
+        given_back = held.allocation["cpu"] - resize.allocation["cpu"]
+        used[held.node]["cpu"] = used[held.node].get("cpu", 0.0) - given_back
+        usage[held.tenant]["cpu"] = usage[held.tenant].get("cpu", 0.0) - given_back
     seen: set[str] = set()
     gpus_taken: dict[str, set[str]] = {}
     batches: dict[str, list[str]] = {}
@@ -93,10 +94,13 @@ def _check_decision(snapshot: Snapshot, name: str) -> None:
         assert len(set(node_ids)) == 1, "a batch split across nodes"
     placed_on = {placement.node_id for placement in decision.placements}
     placed_for = {pending[placement.action_id].tenant for placement in decision.placements}
-    for shrink in decision.shrinks:
-        held = next(h for h in snapshot.shrinkable if h.action_id == shrink.action_id)
-        # Its units make room on its node, or quota for its tenant.
-        assert shrink.node_id in placed_on or held.tenant in placed_for, "taken back for nothing"
+    for resize in decision.resizes:
+        held = next(h for h in snapshot.resizable if h.action_id == resize.action_id)
+        if resize.units < held.units:
+            # Its units make room on its node, or quota for its tenant.
+            assert resize.node_id in placed_on or held.tenant in placed_for, (
+                "taken back for nothing"
+            )
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))

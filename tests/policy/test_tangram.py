@@ -17,9 +17,9 @@ from tangram_policy.types import (
     Elasticity,
     Node,
     PendingAction,
+    Resizable,
+    Resize,
     RunningAction,
-    Shrink,
-    Shrinkable,
     Snapshot,
     TenantQuota,
 )
@@ -172,12 +172,12 @@ def test_elastic_actions_spread_on_an_idle_pool_and_stay_minimal_when_others_wai
     assert units["e"] == 1  # some actions still wait for cores: no extra units
 
 
-def _grown(units: int, tenant: str = "t", node: str = "n") -> tuple[RunningAction, Shrinkable]:
+def _grown(units: int, tenant: str = "t", node: str = "n") -> tuple[RunningAction, Resizable]:
     """A running elastic action of one core per unit, grown from 1 to ``units``."""
     allocation = {"cpu": float(units), "memory": 1024.0}
     return (
         RunningAction("e", tenant, "python", node, allocation, 0.0),
-        Shrinkable("e", tenant, node, allocation, units, 1),
+        Resizable("e", tenant, node, allocation, units, Elasticity(1, units, 0.9)),
     )
 
 
@@ -185,16 +185,16 @@ def test_a_grown_elastic_action_gives_back_only_the_units_waiting_actions_take()
     running, held = _grown(7)
     node = Node("n", {"cpu": 8.0, "memory": 4096.0}, CPU)
     waiting = [_action(f"w{i}", duration_hint_s=5.0) for i in range(3)]
-    snapshot = replace(_snapshot([node], waiting, [running]), shrinkable=(held,))
+    snapshot = replace(_snapshot([node], waiting, [running]), resizable=(held,))
     decision = get_policy("tangram").decide(snapshot)
     # One core was free; two more come back from the elastic action.
-    assert decision.shrinks == (Shrink("e", "n", {"cpu": 5.0, "memory": 1024.0}, 5),)
+    assert decision.resizes == (Resize("e", "n", {"cpu": 5.0, "memory": 1024.0}, 5),)
     assert sorted(p.action_id for p in decision.placements) == ["w0", "w1", "w2"]
     held_on = get_policy("tangram-no-shrinking").decide(snapshot)
-    assert not held_on.shrinks and [p.action_id for p in held_on.placements] == ["w0"]
+    assert not held_on.resizes and [p.action_id for p in held_on.placements] == ["w0"]
     # Nothing waits: nothing comes back.
     idle = replace(snapshot, pending=(waiting[0],))
-    assert not get_policy("tangram").decide(idle).shrinks
+    assert not get_policy("tangram").decide(idle).resizes
 
 
 def test_units_come_back_for_the_tenant_whose_quota_they_fill() -> None:
@@ -203,9 +203,9 @@ def test_units_come_back_for_the_tenant_whose_quota_they_fill() -> None:
     quotas = {"t": TenantQuota("t", {"cpu": 4.0}, {"cpu": 4.0})}
     node = Node("n", {"cpu": 32.0, "memory": 4096.0}, CPU)
     waiting = [_action("w", duration_hint_s=5.0)]
-    snapshot = replace(_snapshot([node], waiting, [running], quotas), shrinkable=(held,))
+    snapshot = replace(_snapshot([node], waiting, [running], quotas), resizable=(held,))
     decision = get_policy("tangram").decide(snapshot)
-    assert [s.units for s in decision.shrinks] == [3]
+    assert [s.units for s in decision.resizes] == [3]
     assert [p.action_id for p in decision.placements] == ["w"]
     # Another tenant's limit is its own: nothing to take back for it.
     other = replace(snapshot, quotas={**quotas, "u": TenantQuota("u", {}, {"cpu": 0.0})})
@@ -219,10 +219,10 @@ def test_a_node_over_its_capacity_ends_within_it_or_keeps_its_units() -> None:
     other = RunningAction("o", "t", "python", "n", {"cpu": 6.0}, 0.0)
     node = Node("n", {"cpu": 8.0, "memory": 4096.0}, CPU)
     waiting = [_action("w", duration_hint_s=5.0)]
-    snapshot = replace(_snapshot([node], waiting, [running, other]), shrinkable=(held,))
+    snapshot = replace(_snapshot([node], waiting, [running, other]), resizable=(held,))
     decision = get_policy("tangram").decide(snapshot)
     # The one core it places plus the two over: all three extra units come back.
-    assert [s.units for s in decision.shrinks] == [1]
+    assert [s.units for s in decision.resizes] == [1]
     assert [p.action_id for p in decision.placements] == ["w"]
     # Nothing that fits waits: the action keeps its units.
     hungry = _action("w", demand={"cpu": 1.0, "memory": 8192.0}, duration_hint_s=5.0)
@@ -238,7 +238,7 @@ def test_a_tenant_over_its_limit_that_places_nothing_keeps_its_units() -> None:
     node = Node("n", {"cpu": 32.0, "memory": 4096.0}, CPU)
     waiting = [_action("w", demand={"cpu": 8.0}, duration_hint_s=5.0)]
     snapshot = replace(
-        _snapshot([node], waiting, [first, second], quotas), shrinkable=(held_first, held_second)
+        _snapshot([node], waiting, [first, second], quotas), resizable=(held_first, held_second)
     )
     assert get_policy("tangram").decide(snapshot) == Decision()
 
@@ -247,8 +247,74 @@ def test_nothing_comes_back_for_an_action_that_would_still_not_fit() -> None:
     running, held = _grown(8)
     node = Node("n", {"cpu": 8.0, "memory": 2048.0}, CPU)
     hungry = [_action("w", demand={"cpu": 1.0, "memory": 4096.0}, duration_hint_s=5.0)]
-    snapshot = replace(_snapshot([node], hungry, [running]), shrinkable=(held,))
+    snapshot = replace(_snapshot([node], hungry, [running]), resizable=(held,))
     assert get_policy("tangram").decide(snapshot) == Decision()
+
+
+def _running_at(units: int, max_units: int, *, done_s: float = 0.0) -> Resizable:
+    """An elastic action of one core per unit, running at ``units`` (of type ``python``)."""
+    elasticity = Elasticity(1, max_units, 0.9)
+    return Resizable(
+        "e", "t", "n", {"cpu": float(units)}, units, elasticity, "python", 40.0, done_s
+    )
+
+
+def test_a_running_elastic_action_grows_into_an_idle_pool_and_not_when_others_wait() -> None:
+    held = _running_at(1, 8)
+    running = [RunningAction("e", "t", "python", "n", {"cpu": 1.0}, 0.0)]
+    node = Node("n", {"cpu": 8.0}, CPU)
+    idle = replace(_snapshot([node], [], running), resizable=(held,))
+    (resize,) = get_policy("tangram").decide(idle).resizes
+    assert resize.action_id == "e" and 4 < resize.units <= 8
+    assert resize.allocation == {"cpu": float(resize.units)}
+    assert get_policy("tangram-no-growing").decide(idle) == Decision()
+    # Cores some queued action waits for are not given to a running one.
+    crowd = [_action(f"w{i}", demand={"cpu": 2.0}, duration_hint_s=60.0) for i in range(4)]
+    busy = replace(_snapshot([node], crowd, running), resizable=(held,))
+    decision = get_policy("tangram").decide(busy)
+    assert not decision.resizes and len(decision.placements) == 3
+    # At its maximum, or with no work left to speed up, it stays as it is.
+    assert get_policy("tangram").decide(replace(idle, resizable=(_running_at(8, 8),))) == Decision()
+
+
+def test_the_running_action_with_the_most_work_left_grows_first() -> None:
+    """40 s expected (the hint): one 20 s into its run has 20 s left; one 400 s
+    into it is expected to run at least as long again, so it takes the free cores."""
+    node = Node("n", {"cpu": 4.0}, CPU)
+    young = replace(_running_at(1, 8, done_s=20.0), action_id="young")
+    old = replace(_running_at(1, 8, done_s=400.0), action_id="old")
+    running = [
+        RunningAction(held.action_id, "t", "python", "n", {"cpu": 1.0}, 0.0)
+        for held in (young, old)
+    ]
+    snapshot = replace(_snapshot([node], [], running), resizable=(young, old))
+    assert get_policy("tangram").decide(snapshot).resizes == (Resize("old", "n", {"cpu": 3.0}, 3),)
+
+
+def test_extra_gpus_never_come_out_of_another_tenants_idle_guarantee() -> None:
+    """A GPU cannot be taken back from a running action: lent past its tenant's own
+    guarantee, it would keep the other tenant from its guarantee until the action ends."""
+    gpus = frozenset({"eval"})
+    node = Node("g", {"gpu": 8.0}, gpus, gpu_groups=(tuple(f"g{i}" for i in range(8)),))
+    quotas = {
+        "train": TenantQuota("train", guaranteed={"gpu": 4.0}, limit={"gpu": 8.0}),
+        "rl": TenantQuota("rl", guaranteed={"gpu": 4.0}, limit={"gpu": 8.0}),
+    }
+    sweep = _action(
+        "s",
+        tenant="train",
+        type="eval",
+        demand={"gpu": 1.0},
+        elasticity=Elasticity(1, 8, 0.95, "gpu"),
+        duration_hint_s=240.0,
+    )
+    placement = (
+        get_policy("tangram").decide(_snapshot([node], [sweep], quotas=quotas)).placements[0]
+    )
+    assert placement.units == 4  # its tenant's guarantee, none of rl's
+    # Without guarantees there is nobody's to keep: it takes all it can use.
+    open_pool = get_policy("tangram").decide(_snapshot([node], [sweep])).placements[0]
+    assert open_pool.units > 4
 
 
 def test_an_elastic_action_goes_where_it_can_grow_and_a_rigid_one_fits_best() -> None:

@@ -102,7 +102,7 @@ def test_tangram_gives_an_idle_pool_to_an_elastic_action() -> None:
     assert simulate(workload, "static").acts == [8.0]
 
 
-def test_a_grown_elastic_action_gives_units_back_and_runs_the_rest_slower() -> None:
+def test_an_elastic_action_gives_units_back_then_grows_again_when_they_are_free() -> None:
     raw = _workload()
     raw["pool"][0]["capacity"] = {"cpu": 4}
     elastic, rigid = raw["tasks"][0], dict(raw["tasks"][0])
@@ -123,13 +123,16 @@ def test_a_grown_elastic_action_gives_units_back_and_runs_the_rest_slower() -> N
     raw["tasks"] = [elastic, rigid]
     workload = workload_from_dict(raw)
     # The shard gets all 4 cores of the idle pool (lent cores keep no headroom): 25 s.
-    # At 10 s the 2-core run waits; two cores come back: 40% done, the other 60%
-    # at 2 units takes 30 s (done at 40), and the run goes at once (10..15).
+    # At 10 s the 2-core run waits; two cores come back: 40% done, and the run goes
+    # at once (10..15). 10 s at 2 units: 50% done at 15, when the run's cores are
+    # free again and the shard takes them: the other 50% at 4 units, 12.5 s.
     result = simulate(workload, "tangram", keep_records=True)
-    assert result.acts == pytest.approx([5.0, 40.0])
-    assert {r.type: r.units for r in result.records} == {"t.shard": 2, "r.run": 1}
-    # Cores held: 4 for 10 s, then 2 for 30 s, and 2 for the run's 5 s.
-    assert result.busy["cpu"] == pytest.approx(4 * 10 + 2 * 30 + 2 * 5)
+    assert result.acts == pytest.approx([5.0, 27.5])
+    assert {r.type: r.units for r in result.records} == {"t.shard": 4, "r.run": 1}
+    # Cores held: 4 for 10 s, 2 for 5 s, 4 for 12.5 s, and 2 for the run's 5 s.
+    assert result.busy["cpu"] == pytest.approx(4 * 10 + 2 * 5 + 4 * 12.5 + 2 * 5)
+    # Not grown again: the other 60% at 2 units takes 30 s (done at 40).
+    assert simulate(workload, "tangram-no-growing").acts == pytest.approx([5.0, 40.0])
     # Units fixed at placement: the shard gets 3 (the headroom keeps 0.4 free),
     # 100/3 s, and the run waits for them.
     held = simulate(workload, "tangram-no-shrinking")

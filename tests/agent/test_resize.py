@@ -1,7 +1,7 @@
-"""``shrink``: the server takes cores back from a running elastic action.
+"""``resize``: the server takes cores back from a running elastic action, or gives it more.
 
 Against a real sandbox: the run's cgroup, as the host's kernel holds it, is
-what proves a shrink landed (or did not).
+what proves a resize landed (or did not).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExe
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
 from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment
 
-#: Runs long enough to be shrunk while it runs.
+#: Runs long enough to be resized while it runs.
 NAPPER = "import time; time.sleep(4); print('done')"
 
 
-def shrink(action: str, cpu: float, *, attempt: int = 1, units: int = 1) -> dict[str, Any]:
+def resize(action: str, cpu: float, *, attempt: int = 1, units: int = 1) -> dict[str, Any]:
     return {
-        "type": "shrink",
+        "type": "resize",
         "action": action,
         "attempt": attempt,
         "allocation": {"cpu": cpu, "memory": 256},
@@ -95,7 +95,9 @@ def sandbox_executors(sandbox: Sandbox) -> dict[str, Executor]:
 
 
 @needs_bwrap
-def test_a_shrink_throttles_a_running_sandbox_to_its_new_cores(sandbox: Sandbox) -> None:
+def test_a_resize_holds_a_running_sandbox_to_its_new_cores_down_and_up(
+    sandbox: Sandbox,
+) -> None:
     needs_cpu_controller(sandbox)
 
     async def scenario() -> None:
@@ -106,10 +108,14 @@ def test_a_shrink_throttles_a_running_sandbox_to_its_new_cores(sandbox: Sandbox)
             pid = await sandboxed_pid(sandbox)
             assert cores_of(pid) == 4
             await reported(server, "e1", 4.0)
-            await server.send(shrink("e1", 1))
+            await server.send(resize("e1", 1))
             await until(lambda: cores_of(pid) == 1)
-            # Heartbeats say so: the server re-sends a shrink they show was lost.
+            # Heartbeats say so: the server re-sends a resize they show was lost.
             await reported(server, "e1", 1.0)
+            # The pool idles: the server gives it cores again.
+            await server.send(resize("e1", 3, units=3))
+            await until(lambda: cores_of(pid) == 3)
+            await reported(server, "e1", 3.0)
             result = await server.next("result")
             assert (result["state"], result["stdout"]) == ("succeeded", "done\n"), result
             await server.ack(result)
@@ -118,7 +124,7 @@ def test_a_shrink_throttles_a_running_sandbox_to_its_new_cores(sandbox: Sandbox)
 
 
 @needs_bwrap
-def test_a_run_not_launched_yet_starts_with_the_shrunk_allocation(sandbox: Sandbox) -> None:
+def test_a_run_not_launched_yet_starts_with_the_resized_allocation(sandbox: Sandbox) -> None:
     code = "import os; print(os.environ['TANGRAM_CPUS'], os.environ['TANGRAM_UNITS'])"
 
     async def scenario() -> None:
@@ -130,7 +136,7 @@ def test_a_run_not_launched_yet_starts_with_the_shrunk_allocation(sandbox: Sandb
             # The only slot is taken: e1 waits for it, and is shrunk while it waits.
             assignment = make_assignment(code, action_id="e1", cpu=4, units=4)
             await server.send({"type": "assign", "action": assignment})
-            await server.send(shrink("e1", 2, units=2))
+            await server.send(resize("e1", 2, units=2))
             results = {}
             for _ in range(2):
                 result = await server.next("result")
@@ -144,7 +150,7 @@ def test_a_run_not_launched_yet_starts_with_the_shrunk_allocation(sandbox: Sandb
 
 
 @needs_bwrap
-def test_a_shrink_of_a_run_not_held_here_is_ignored(sandbox: Sandbox) -> None:
+def test_a_resize_of_a_run_not_held_here_is_ignored(sandbox: Sandbox) -> None:
     needs_cpu_controller(sandbox)
 
     async def scenario() -> None:
@@ -154,9 +160,9 @@ def test_a_shrink_of_a_run_not_held_here_is_ignored(sandbox: Sandbox) -> None:
             assignment = make_assignment(NAPPER, action_id="e1", cpu=2, units=2)
             await server.send({"type": "assign", "action": assignment})
             pid = await sandboxed_pid(sandbox)
-            await server.send(shrink("ghost", 1))
-            await server.send(shrink("e1", 1, attempt=2))  # an attempt this agent never held
-            await server.send(shrink("done-already", 1))
+            await server.send(resize("ghost", 1))
+            await server.send(resize("e1", 1, attempt=2))  # an attempt this agent never held
+            await server.send(resize("done-already", 1))
             await barrier(server, "after")
             assert cores_of(pid) == 2
             result = await server.next("result")
@@ -168,7 +174,7 @@ def test_a_shrink_of_a_run_not_held_here_is_ignored(sandbox: Sandbox) -> None:
 
 
 @needs_bwrap
-def test_a_shrink_that_would_not_lower_cpu_is_ignored(sandbox: Sandbox) -> None:
+def test_a_resize_that_changes_nothing_or_leaves_no_cores_is_ignored(sandbox: Sandbox) -> None:
     needs_cpu_controller(sandbox)
 
     async def scenario() -> None:
@@ -177,12 +183,12 @@ def test_a_shrink_that_would_not_lower_cpu_is_ignored(sandbox: Sandbox) -> None:
             assignment = make_assignment(NAPPER, action_id="e1", cpu=2, units=2)
             await server.send({"type": "assign", "action": assignment})
             pid = await sandboxed_pid(sandbox)
-            await server.send(shrink("e1", 2, units=2))
-            await server.send(shrink("e1", 3, units=3))
+            await server.send(resize("e1", 2, units=2))
+            await server.send(resize("e1", 0, units=0))
             await barrier(server, "after")
             assert cores_of(pid) == 2
-            # Ignored, not remembered: a real shrink still lands.
-            await server.send(shrink("e1", 1))
+            # Ignored, not remembered: a real resize still lands.
+            await server.send(resize("e1", 1))
             await until(lambda: cores_of(pid) == 1)
             result = await server.next("result")
             assert result["state"] == "succeeded", result
@@ -191,13 +197,13 @@ def test_a_shrink_that_would_not_lower_cpu_is_ignored(sandbox: Sandbox) -> None:
     arun(scenario)
 
 
-def test_a_shrunk_run_of_an_executor_with_nothing_to_throttle_runs_on() -> None:
+def test_a_resized_run_of_an_executor_with_nothing_to_throttle_runs_on() -> None:
     async def scenario() -> None:
         async with running_agent() as (server, _):
             await server.next("register")
             await server.send({"type": "assign", "action": sleep_assignment(0.5, stdout="hi")})
             await server.next("started")
-            await server.send(shrink("a1", 0.5))
+            await server.send(resize("a1", 0.5))
             result = await server.next("result")
             assert (result["state"], result["stdout"]) == ("succeeded", "hi")
             await server.ack(result)
