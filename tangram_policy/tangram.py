@@ -412,8 +412,7 @@ class TangramPolicy:
         its expected work less what it has done, but at least as much again as it
         has done (durations have long tails; the longer a run has gone, the longer
         it is likely to go on). An overestimate costs little: units of these
-        kinds are taken back as soon as others wait. (Left at the learned
-        remainder alone, the sweep of ``bench/README.md`` lost 2-8% mean ACT.)
+        kinds are taken back as soon as others wait.
         """
         if not self._may_grow(snapshot):
             return []

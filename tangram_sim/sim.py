@@ -576,12 +576,7 @@ class Simulation:
     def _round(self) -> None:
         if not self.pending and not self._resizable:
             return
-        self.rounds += 1
-        types = {a.type.id for a in self.pending.values()}
-        if len(self._room) > FULL_VIEW_NODES:
-            chosen = self._candidates(types)
-        else:
-            chosen = [self.nodes[node_id] for node_id in self._room]
+        # Those that could give units back to a pending action, or grow on their node.
         resizable = tuple(
             Resizable(
                 a.id,
@@ -596,7 +591,23 @@ class Simulation:
             )
             for a in self._resizable.values()
             if a.node is not None
+            and (
+                (self.pending and a.units > a.type.elasticity.min_units)
+                or (
+                    a.units < a.type.elasticity.max_units
+                    and a.node.free.get(a.type.elasticity.unit_kind, 0.0) + EPSILON
+                    >= a.allocation[a.type.elasticity.unit_kind] / a.units
+                )
+            )
         )
+        if not self.pending and not resizable:
+            return
+        self.rounds += 1
+        types = {a.type.id for a in self.pending.values()}
+        if len(self._room) > FULL_VIEW_NODES:
+            chosen = self._candidates(types)
+        else:
+            chosen = [self.nodes[node_id] for node_id in self._room]
         held_on = {held.node for held in resizable}
         if resizable:
             listed = {node.id for node in chosen}
