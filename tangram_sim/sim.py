@@ -576,30 +576,7 @@ class Simulation:
     def _round(self) -> None:
         if not self.pending and not self._resizable:
             return
-        # Those that could give units back to a pending action, or grow on their node.
-        resizable = tuple(
-            Resizable(
-                a.id,
-                a.tenant,
-                a.node.id,
-                a.allocation,
-                a.units,
-                a.type.elasticity,
-                a.type.id,
-                None,
-                self._done_s(a),
-            )
-            for a in self._resizable.values()
-            if a.node is not None
-            and (
-                (self.pending and a.units > a.type.elasticity.min_units)
-                or (
-                    a.units < a.type.elasticity.max_units
-                    and a.node.free.get(a.type.elasticity.unit_kind, 0.0) + EPSILON
-                    >= a.allocation[a.type.elasticity.unit_kind] / a.units
-                )
-            )
-        )
+        resizable = self._resizable_now()
         if not self.pending and not resizable:
             return
         self.rounds += 1
@@ -647,9 +624,26 @@ class Simulation:
         for members in batches.values():
             self._start(members)
 
-    def _done_s(self, action: _Action) -> float:
-        """Work ``action`` has done, in seconds at its minimum units."""
-        return action.base_s * (1.0 - self._left(action))
+    def _resizable_now(self) -> tuple[Resizable, ...]:
+        """Running actions that could give units back to a pending one, or grow on their node."""
+        pending = bool(self.pending)
+        out = []
+        for a in self._resizable.values():
+            node = a.node
+            if node is None:
+                continue
+            elasticity = a.type.elasticity
+            units = a.units
+            if not (pending and units > elasticity.min_units):
+                kind = elasticity.unit_kind
+                if units >= elasticity.max_units or (
+                    node.free.get(kind, 0.0) + EPSILON < a.allocation[kind] / units
+                ):
+                    continue
+            done = a.base_s * (1.0 - self._left(a))
+            held = (a.id, a.tenant, node.id, a.allocation, units, elasticity, a.type.id, None, done)
+            out.append(Resizable(*held))
+        return tuple(out)
 
     def _left(self, action: _Action) -> float:
         """The fraction of ``action``'s work not done yet."""
