@@ -217,7 +217,8 @@ class _GainGroup:
     """Placed single actions of one class whose extra units gain alike: equal
     elasticity, demand, expected work and setup. ``expand`` works their first
     unit's gain out once for all of them, and what else it needs of an action
-    (tenant, unit, id, node, GPUs) is here or in its placement.
+    (tenant, unit, id, node, GPUs) is here or in its placement. A running
+    action that may grow is a group of its own, with no placements.
     """
 
     __slots__ = (
@@ -233,17 +234,17 @@ class _GainGroup:
 
     def __init__(
         self,
-        cls: _Class | None,
+        tenant: str,
+        allocation: Resources,
         elasticity: Elasticity,
         demand: Resources,
         work_s: float,
         fixed_s: float,
-        tenant: str = "",
     ) -> None:
         # Not the class itself: it holds this group, and a cycle would outlive the round.
-        self.tenant = cls.tenant if cls is not None else tenant
+        self.tenant = tenant
         #: What each member was placed with (the class's demand).
-        self.allocation = cls.demand if cls is not None else demand
+        self.allocation = allocation
         self.alike = (elasticity, demand, work_s, fixed_s)
         self.elasticity = elasticity
         self.demand = demand
@@ -540,7 +541,7 @@ class _Round:
             alike = (elasticity, head.demand, entry[2], fixed_s)
             group = cls.gains
             if group is None or group.alike != alike:
-                group = cls.gains = _GainGroup(cls, *alike)
+                group = cls.gains = _GainGroup(cls.tenant, cls.demand, *alike)
                 self.gain_groups.append(group)
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
@@ -825,7 +826,8 @@ class _Round:
             if kind not in threshold:
                 continue
             elasticity = action.elasticity
-            group = _GainGroup(None, elasticity, action.allocation, left_s, 0.0, action.tenant)
+            allocation = action.allocation
+            group = _GainGroup(action.tenant, allocation, elasticity, allocation, left_s, 0.0)
             gain = self._gain(elasticity, left_s, action.units, 0.0, threshold, memo)
             unit = action.unit
             if gain is not None and unit > 0:
