@@ -168,22 +168,22 @@ def main(argv: list[str] | None = None) -> int:
         return _count_instructions(args.policies.split(",")[0], argv or sys.argv[1:])
     views = {"": partial_view(full), " (every running action)": full}
     print(f"{args.pending} pending x {args.nodes} nodes, {args.running} running")
-    print(f"{'policy':<40}{'median ms':>10}{'max ms':>10}{'placements':>12}{'shrinks':>9}")
+    print(f"{'policy':<40}{'median ms':>10}{'max ms':>10}{'placements':>12}{'resizes':>9}")
     for name in args.policies.split(","):
         policy = get_policy(name)
         repeat = args.repeat if name != "fifo" else 1
         for view, snapshot in views.items():
             timings = []
-            placements = shrinks = 0
+            placements = resizes = 0
             for _ in range(repeat):
                 started = time.perf_counter()
                 decision = policy.decide(snapshot)
                 timings.append((time.perf_counter() - started) * 1000.0)
-                placements, shrinks = len(decision.placements), len(decision.resizes)
+                placements, resizes = len(decision.placements), len(decision.resizes)
             label = name + view
             print(
                 f"{label:<40}{statistics.median(timings):>10.1f}{max(timings):>10.1f}"
-                f"{placements:>12}{shrinks:>9}"
+                f"{placements:>12}{resizes:>9}"
             )
     return 0
 
