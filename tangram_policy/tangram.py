@@ -29,8 +29,10 @@ One round, from a snapshot, in five passes:
    only while each unit cuts enough of the action's time for the current
    load (EARL's rule: ``min_gain x load / (1 - load)``). The headroom is for
    arrivals, so it does not apply to units the round takes back when others
-   need them (cores, with pass 5 on); the load rule, which weighs a unit's
-   worth against what it costs the pool, does. Units that cannot be taken
+   need them (cores, with pass 5 on); nor does the load rule, which weighs a
+   unit's worth against what it costs the pool, while running actions also
+   grow: a lent unit can be taken back, and one held back given later, so
+   an idle core goes to whichever action it saves the most. Units that cannot be taken
    back (GPUs) never come out of another tenant's idle guarantee: that
    tenant could not have it back until the action ends. A running action's
    work left is its learned duration less what it has done, but at least as
@@ -926,8 +928,12 @@ class _Round:
 
         Zero on an idle pool, ``min_gain`` at half load, growing without bound
         as the pool fills: room is cheap when idle and dear when others may
-        soon need it.
+        soon need it. Zero for a lent kind while running actions grow too: a
+        unit given now comes back as soon as others wait, and one held back
+        can still be given later, so neither choice needs a hedge.
         """
+        if self.config.growing and self._lent(kind):
+            return 0.0
         total = self.pool.total.get(kind, 0.0)
         load = 1.0 - self.pool.unused(kind) / total if total > 0 else 1.0
         load = min(max(load, 0.0), 0.99)
