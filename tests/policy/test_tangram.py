@@ -331,15 +331,11 @@ def test_an_elastic_action_goes_where_it_can_grow_and_a_rigid_one_fits_best() ->
 
 
 def test_expansion_is_worth_less_on_a_cold_node() -> None:
-    """GPUs, which are not taken back, so the load rule applies: setup is time
-    extra units do not shorten."""
-    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9, unit_kind="gpu")
-    gpus = tuple(f"g{i}" for i in range(16))
-    busy = [RunningAction("r", "o", "python", "n", {"gpu": 8.0}, 0.0, gpus=gpus[:8])]
-    node = Node("n", {"gpu": 16.0}, CPU, gpu_groups=(gpus,))
+    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
+    busy = [RunningAction("r", "o", "python", "n", {"cpu": 16.0}, 0.0)]
+    node = Node("n", {"cpu": 32.0}, CPU)
     action = _action(
         "e",
-        demand={"gpu": 1.0},
         elasticity=elastic,
         duration_hint_s=10.0,
         affinity=frozenset({"image:x"}),
@@ -351,16 +347,20 @@ def test_expansion_is_worth_less_on_a_cold_node() -> None:
     assert cold.units < warm.units
 
 
-def test_idle_cores_go_to_an_elastic_action_whatever_the_load() -> None:
-    """Cores are lent (taken back when others wait) and running actions grow: no
-    load rule holds an idle core back. Without growing, the load rule applies."""
-    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
-    busy = [RunningAction("r", "o", "python", "n", {"cpu": 28.0}, 0.0)]
+def test_a_running_action_takes_idle_cores_whatever_the_load() -> None:
+    """Its cores come back as soon as others wait: no load rule holds one back,
+    where a new placement on the same node keeps to the rule."""
+    busy = RunningAction("r", "o", "python", "n", {"cpu": 28.0}, 0.0)
+    running = RunningAction("e", "t", "python", "n", {"cpu": 1.0}, 0.0)
     node = Node("n", {"cpu": 32.0}, CPU)
-    action = _action("e", elasticity=elastic, duration_hint_s=10.0)
-    snapshot = _snapshot([node], [action], busy)
-    assert get_policy("tangram").decide(snapshot).placements[0].units == 4
-    assert get_policy("tangram-no-growing").decide(snapshot).placements[0].units < 4
+    snapshot = replace(
+        _snapshot([node], [], [busy, running]), resizable=(_running_at(1, 8, done_s=5.0),)
+    )
+    assert [r.units for r in get_policy("tangram").decide(snapshot).resizes] == [4]
+    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
+    placed = _action("p", elasticity=elastic, duration_hint_s=40.0)
+    placement = get_policy("tangram").decide(_snapshot([node], [placed], [busy])).placements[0]
+    assert placement.units < 4
 
 
 def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
