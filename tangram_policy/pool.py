@@ -328,19 +328,24 @@ class Pool:
         usage = self.usage.get(tenant, _NO_USAGE)
         return not any(usage.get(kind, 0.0) + amount > ceiling for kind, amount, ceiling in caps)
 
-    def leaves_unlent_guarantees(self, tenant: str, demand: Resources) -> bool:
-        """Whether a borrower taking ``demand`` leaves others' non-lent idle guarantee free."""
-        if not self._non_lenders:
-            return True
-        reserved: dict[str, float] = {}
-        for quota in self._non_lenders:
+    def _idle_guarantees(self, quotas: Iterable[TenantQuota], tenant: str) -> dict[str, float]:
+        """Per kind, the guarantee ``quotas`` (but ``tenant``'s) leave unused."""
+        idle: dict[str, float] = {}
+        for quota in quotas:
             if quota.tenant == tenant:
                 continue
             usage = self.usage.get(quota.tenant, {})
             for kind, amount in quota.guaranteed.items():
-                idle = amount - usage.get(kind, 0.0)
-                if idle > 0:
-                    reserved[kind] = reserved.get(kind, 0.0) + idle
+                unused = amount - usage.get(kind, 0.0)
+                if unused > 0:
+                    idle[kind] = idle.get(kind, 0.0) + unused
+        return idle
+
+    def leaves_unlent_guarantees(self, tenant: str, demand: Resources) -> bool:
+        """Whether a borrower taking ``demand`` leaves others' non-lent idle guarantee free."""
+        if not self._non_lenders:
+            return True
+        reserved = self._idle_guarantees(self._non_lenders, tenant)
         return all(
             amount + reserved.get(kind, 0.0) <= self.total_free.get(kind, 0.0) + EPSILON
             for kind, amount in demand.items()
@@ -349,17 +354,12 @@ class Pool:
 
     def leaves_idle_guarantees(self, tenant: str, demand: Resources) -> bool:
         """Whether ``tenant`` taking ``demand`` leaves every other tenant's idle guarantee free."""
-        for kind, amount in demand.items():
-            if amount <= 0:
-                continue
-            idle = 0.0
-            for quota in self.quotas.values():
-                guaranteed = quota.guaranteed.get(kind, 0.0)
-                if quota.tenant != tenant and guaranteed > 0:
-                    idle += max(guaranteed - self.usage.get(quota.tenant, {}).get(kind, 0.0), 0.0)
-            if amount + idle > self.unused(kind) + EPSILON:
-                return False
-        return True
+        reserved = self._idle_guarantees(self.quotas.values(), tenant)
+        return all(
+            amount + reserved.get(kind, 0.0) <= self.unused(kind) + EPSILON
+            for kind, amount in demand.items()
+            if amount > 0
+        )
 
     def dominant_share(self, tenant: str) -> float:
         return self.shares.get(tenant, 0.0)

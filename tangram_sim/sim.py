@@ -640,9 +640,18 @@ class Simulation:
                     node.free.get(kind, 0.0) + EPSILON < a.allocation[kind] / units
                 ):
                     continue
-            done = a.base_s * (1.0 - self._left(a))
-            held = (a.id, a.tenant, node.id, a.allocation, units, elasticity, a.type.id, None, done)
-            out.append(Resizable(*held))
+            out.append(
+                Resizable(
+                    a.id,
+                    a.tenant,
+                    node.id,
+                    a.allocation,
+                    units,
+                    elasticity,
+                    a.type.id,
+                    done_s=a.base_s * (1.0 - self._left(a)),
+                )
+            )
         return tuple(out)
 
     def _left(self, action: _Action) -> float:
