@@ -102,6 +102,8 @@ class Quota:
     guaranteed: float
     limit: float
     weight: float
+    #: The most of the idle guarantee other tenants may borrow; None: all of it.
+    lending_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,9 @@ class Tenant:
                     guaranteed=float(q["guaranteed"]),
                     limit=float(q["limit"]),
                     weight=float(q["weight"]),
+                    lending_limit=None
+                    if q.get("lending_limit") is None
+                    else float(q["lending_limit"]),
                 )
                 for q in data.get("quotas") or []
             ),

@@ -91,16 +91,13 @@ class Ledger:
         )
 
     def unlent_guarantee(self, exclude: str) -> dict[str, float]:
-        """Idle guarantee of tenants that do not lend it: borrowers must leave it free."""
+        """Idle guarantee others do not lend (past their lending limit): borrowers leave it free."""
         reserved: dict[str, float] = {}
         for tenant, quota in self.quotas.items():
-            if tenant == exclude or quota.lend_guarantee:
+            if tenant == exclude:
                 continue
-            usage = self.usage.get(tenant, {})
-            for kind, amount in quota.guaranteed.items():
-                idle = amount - usage.get(kind, 0.0)
-                if idle > 0:
-                    reserved[kind] = reserved.get(kind, 0.0) + idle
+            for kind, unlent in quota.unlent_idle(self.usage.get(tenant, {})).items():
+                reserved[kind] = reserved.get(kind, 0.0) + unlent
         return reserved
 
     def total_free(self) -> dict[str, float]:

@@ -176,9 +176,14 @@ class Pool:
             if node.gpu_groups:
                 self.gpu_free[node.id] = [sorted(group) for group in node.gpu_groups]
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
-        self._non_lenders = [q for q in snapshot.quotas.values() if not q.lend_guarantee]
-        #: Every tenant lends its idle guarantee: borrowers need not leave any free.
-        self.lends_all = not self._non_lenders
+        #: Tenants that lend less than all of some guarantee (a lending limit below it).
+        self._bounded_lenders = [
+            q
+            for q in snapshot.quotas.values()
+            if any(lent < q.guaranteed.get(kind, 0.0) for kind, lent in q.lending_limit.items())
+        ]
+        #: Every tenant lends all its idle guarantee: borrowers need not leave any free.
+        self.lends_all = not self._bounded_lenders
         if snapshot.capacity is not None:
             self.total: dict[str, float] = dict(snapshot.capacity)
         else:
@@ -328,24 +333,22 @@ class Pool:
         usage = self.usage.get(tenant, _NO_USAGE)
         return not any(usage.get(kind, 0.0) + amount > ceiling for kind, amount, ceiling in caps)
 
-    def _idle_guarantees(self, quotas: Iterable[TenantQuota], tenant: str) -> dict[str, float]:
-        """Per kind, the guarantee ``quotas`` (but ``tenant``'s) leave unused."""
+    def _idle_guarantees(self, tenant: str, *, unlent: bool) -> dict[str, float]:
+        """Per kind, other tenants' idle guarantee: all, or (``unlent``) what they do not lend."""
         idle: dict[str, float] = {}
-        for quota in quotas:
+        for quota in self._bounded_lenders if unlent else self.quotas.values():
             if quota.tenant == tenant:
                 continue
-            usage = self.usage.get(quota.tenant, {})
-            for kind, amount in quota.guaranteed.items():
-                unused = amount - usage.get(kind, 0.0)
-                if unused > 0:
-                    idle[kind] = idle.get(kind, 0.0) + unused
+            usage = self.usage.get(quota.tenant, _NO_USAGE)
+            for kind, amount in (quota.unlent_idle(usage) if unlent else quota.idle(usage)).items():
+                idle[kind] = idle.get(kind, 0.0) + amount
         return idle
 
     def leaves_unlent_guarantees(self, tenant: str, demand: Resources) -> bool:
-        """Whether a borrower taking ``demand`` leaves others' non-lent idle guarantee free."""
-        if not self._non_lenders:
+        """Whether a borrower taking ``demand`` leaves free the idle guarantee others keep."""
+        if not self._bounded_lenders:
             return True
-        reserved = self._idle_guarantees(self._non_lenders, tenant)
+        reserved = self._idle_guarantees(tenant, unlent=True)
         return all(
             amount + reserved.get(kind, 0.0) <= self.total_free.get(kind, 0.0) + EPSILON
             for kind, amount in demand.items()
@@ -354,7 +357,7 @@ class Pool:
 
     def leaves_idle_guarantees(self, tenant: str, demand: Resources) -> bool:
         """Whether ``tenant`` taking ``demand`` leaves every other tenant's idle guarantee free."""
-        reserved = self._idle_guarantees(self.quotas.values(), tenant)
+        reserved = self._idle_guarantees(tenant, unlent=False)
         return all(
             amount + reserved.get(kind, 0.0) <= self.unused(kind) + EPSILON
             for kind, amount in demand.items()

@@ -148,8 +148,9 @@ class TenantQuota:
     guaranteed: Resources
     limit: Resources
     weight: float = 1.0
-    #: Whether this tenant's idle guarantee may be lent to borrowers.
-    lend_guarantee: bool = True
+    #: Per kind, how much of this tenant's idle guarantee borrowers may take
+    #: (Kueue's ``lendingLimit``); a kind absent here is lent in full, 0 lends none.
+    lending_limit: Resources = field(default_factory=dict)
 
     def guarantee_bounds(self, demand: Resources) -> tuple[tuple[str, float, float], ...] | None:
         """(kind, amount, guaranteed) for each managed kind ``demand`` asks for.
@@ -166,6 +167,24 @@ class TenantQuota:
             if kind in guaranteed or kind in limit
         )
         return None if asked and not bounds else bounds
+
+    def idle(self, usage: Resources) -> dict[str, float]:
+        """Per kind, the guarantee ``usage`` leaves unused."""
+        out: dict[str, float] = {}
+        for kind, amount in self.guaranteed.items():
+            unused = amount - usage.get(kind, 0.0)
+            if unused > 0:
+                out[kind] = unused
+        return out
+
+    def unlent_idle(self, usage: Resources) -> dict[str, float]:
+        """Per kind, the idle guarantee beyond the lending limit: borrowers leave it free."""
+        out: dict[str, float] = {}
+        for kind, lendable in self.lending_limit.items():
+            unlent = self.guaranteed.get(kind, 0.0) - usage.get(kind, 0.0) - lendable
+            if unlent > 0:
+                out[kind] = unlent
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,7 @@ WORKLOAD_SCHEMA: dict[str, Any] = {
                     "guaranteed": _RESOURCES,
                     "limit": _RESOURCES,
                     "weight": {"type": "number", "exclusiveMinimum": 0},
-                    "lend_guarantee": {"type": "boolean"},
+                    "lending_limit": _RESOURCES,
                 },
                 "additionalProperties": False,
             },

@@ -204,7 +204,7 @@ def workload_from_dict(raw: Mapping[str, Any]) -> Workload:
             guaranteed=_resources(t.get("guaranteed")),
             limit=_resources(t.get("limit")),
             weight=float(t.get("weight", 1.0)),
-            lend_guarantee=bool(t.get("lend_guarantee", True)),
+            lending_limit=_resources(t.get("lending_limit")),
         )
         for t in raw.get("tenants") or ()
     }
@@ -241,6 +241,13 @@ def _validate(
 ) -> None:
     """Refuse what the schema cannot see: an action that could never run, a tenant
     misnamed, a name used twice."""
+    for position, quota in enumerate(quotas.values()):
+        for kind, lendable in quota.lending_limit.items():
+            if lendable > quota.guaranteed.get(kind, 0.0):
+                raise WorkloadError(
+                    f"tenants[{position}].lending_limit.{kind}: above its guaranteed "
+                    f"{quota.guaranteed.get(kind, 0.0):g}"
+                )
     names = [task.name for task in tasks]
     for position, task in enumerate(tasks):
         where = f"tasks[{position}]"

@@ -58,6 +58,8 @@ class NodeView(TypedDict):
 class QuotaView(TypedDict):
     guaranteed: float
     limit: float
+    #: The most of the idle guarantee others may borrow; None: all of it.
+    lending_limit: float | None
 
 
 class TenantView(TypedDict):

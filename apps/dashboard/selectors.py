@@ -105,10 +105,14 @@ def _state_counts() -> dict[Any, dict[str, int]]:
 def _quotas() -> dict[Any, dict[str, QuotaView]]:
     quotas: dict[Any, dict[str, QuotaView]] = {}
     rows = Quota.objects.order_by("resource").values_list(
-        "tenant_id", "resource", "guaranteed", "limit"
+        "tenant_id", "resource", "guaranteed", "limit", "lending_limit"
     )
-    for tenant_id, resource, guaranteed, limit in rows:
-        quotas.setdefault(tenant_id, {})[resource] = {"guaranteed": guaranteed, "limit": limit}
+    for tenant_id, resource, guaranteed, limit, lending_limit in rows:
+        quotas.setdefault(tenant_id, {})[resource] = {
+            "guaranteed": guaranteed,
+            "limit": limit,
+            "lending_limit": lending_limit,
+        }
     return quotas
 
 

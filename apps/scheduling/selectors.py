@@ -83,8 +83,7 @@ def _quotas() -> dict[str, TenantQuota]:
     for quota in Quota.objects.all():
         by_tenant.setdefault(str(quota.tenant_id), {})[quota.resource] = quota
     out = {}
-    # The policy takes one weight and one lending flag per tenant: the mean of its
-    # rows' weights, and lending only if every row lends.
+    # The policy takes one weight per tenant: the mean of its rows' weights.
     for tenant, quotas in by_tenant.items():
         weights = [q.weight for q in quotas.values()]
         out[tenant] = TenantQuota(
@@ -92,7 +91,9 @@ def _quotas() -> dict[str, TenantQuota]:
             guaranteed={k: q.guaranteed for k, q in quotas.items()},
             limit={k: q.limit for k, q in quotas.items()},
             weight=sum(weights) / len(weights),
-            lend_guarantee=all(q.lend_guarantee for q in quotas.values()),
+            lending_limit={
+                k: q.lending_limit for k, q in quotas.items() if q.lending_limit is not None
+            },
         )
     return out
 

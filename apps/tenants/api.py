@@ -19,7 +19,10 @@ class TenantMeApi(APIView):
             guaranteed = serializers.FloatField()
             limit = serializers.FloatField()
             weight = serializers.FloatField()
-            lend_guarantee = serializers.BooleanField()
+            lending_limit = serializers.FloatField(
+                allow_null=True,
+                help_text="The most of the idle guarantee others may borrow; null: all of it.",
+            )
 
         name = serializers.CharField()
         quotas = QuotaSerializer(many=True)

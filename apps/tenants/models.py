@@ -52,8 +52,11 @@ class Quota(models.Model):
     guaranteed = models.FloatField(default=0)
     limit = models.FloatField()
     weight = models.FloatField(default=1.0)
-    lend_guarantee = models.BooleanField(
-        default=True, help_text="Whether idle guaranteed capacity may be borrowed by others."
+    lending_limit = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="The most of this tenant's idle guarantee others may borrow "
+        "(empty: all of it; 0: none).",
     )
 
     class Meta:
@@ -64,6 +67,11 @@ class Quota(models.Model):
                 condition=Q(limit__gte=F("guaranteed")), name="quota_limit_gte_guaranteed"
             ),
             models.CheckConstraint(condition=Q(weight__gt=0), name="quota_weight_gt_0"),
+            models.CheckConstraint(
+                condition=Q(lending_limit__isnull=True)
+                | Q(lending_limit__gte=0, lending_limit__lte=F("guaranteed")),
+                name="quota_lending_limit_within_guaranteed",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -57,7 +57,7 @@ def quota_set(
     guaranteed: float,
     limit: float,
     weight: float = 1.0,
-    lend_guarantee: bool = True,
+    lending_limit: float | None = None,
 ) -> Quota:
     if guaranteed < 0:
         raise ApplicationError("guaranteed must be >= 0.", field="guaranteed")
@@ -65,6 +65,11 @@ def quota_set(
         raise ApplicationError("limit must be >= guaranteed.", field="limit")
     if weight <= 0:
         raise ApplicationError("weight must be > 0.", field="weight")
+    if lending_limit is not None and not 0 <= lending_limit <= guaranteed:
+        raise ApplicationError(
+            "lending_limit must be between 0 and guaranteed (or null: all of it).",
+            field="lending_limit",
+        )
     quota, _ = Quota.objects.update_or_create(
         tenant=tenant,
         resource=resource,
@@ -72,7 +77,7 @@ def quota_set(
             "guaranteed": guaranteed,
             "limit": limit,
             "weight": weight,
-            "lend_guarantee": lend_guarantee,
+            "lending_limit": lending_limit,
         },
     )
     return quota

@@ -67,3 +67,27 @@ def test_quota_constraints_hold_in_the_database():
         Quota.objects.create(tenant=tenant, resource="cpu", guaranteed=4, limit=2)
     with pytest.raises(IntegrityError), transaction.atomic():
         Quota.objects.create(tenant=tenant, resource="cpu", guaranteed=-1, limit=2)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Quota.objects.create(tenant=tenant, resource="cpu", guaranteed=2, limit=4, lending_limit=3)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"guaranteed": -1, "limit": 2}, "guaranteed"),
+        ({"guaranteed": 4, "limit": 2}, "limit"),
+        ({"guaranteed": 2, "limit": 4, "weight": 0}, "weight"),
+        ({"guaranteed": 2, "limit": 4, "lending_limit": 3}, "lending_limit"),
+        ({"guaranteed": 2, "limit": 4, "lending_limit": -1}, "lending_limit"),
+    ],
+)
+def test_quota_set_names_the_field_at_fault_and_changes_nothing(values, field):
+    from apps.core.exceptions import ApplicationError
+    from apps.tenants.models import Quota
+    from apps.tenants.services import quota_set
+
+    tenant = TenantFactory()
+    with pytest.raises(ApplicationError) as raised:
+        quota_set(tenant=tenant, resource="cpu", **values)
+    assert raised.value.field == field
+    assert not Quota.objects.filter(tenant=tenant).exists()

@@ -192,11 +192,14 @@ def test_staff_sees_every_tenant(owner, stranger, staff_client, node):
 
 def test_tenants_me_reports_quotas_and_usage(owner, node):
     quota_set(tenant=owner.tenant, resource="cpu", guaranteed=2, limit=4)
+    quota_set(tenant=owner.tenant, resource="gpu", guaranteed=2, limit=2, lending_limit=1)
     ActionFactory(tenant=owner.tenant, state="running", node=node, allocation={"cpu": 1})
     ActionFactory(tenant=owner.tenant)
     body = owner.client.get("/api/v1/tenants/me").json()
     assert body["name"] == "owner"
-    assert body["quotas"][0]["resource"] == "cpu" and body["quotas"][0]["limit"] == 4
+    cpu, gpu = body["quotas"]
+    assert (cpu["resource"], cpu["limit"], cpu["lending_limit"]) == ("cpu", 4, None)
+    assert (gpu["resource"], gpu["lending_limit"]) == ("gpu", 1)
     assert body["usage"] == {"cpu": 1.0}
     assert (body["queued"], body["running"]) == (1, 1)
     assert body["waiting"].startswith("room is free now")

@@ -33,7 +33,7 @@ def seed() -> dict[str, Any]:
 
     User.objects.create_superuser(STAFF_USERNAME, "ops@example.com", STAFF_PASSWORD)
     tenant = tenant_create(name=TENANT)
-    quota_set(tenant=tenant, resource="cpu", guaranteed=2, limit=4)
+    quota_set(tenant=tenant, resource="cpu", guaranteed=2, limit=4, lending_limit=1)
     node_register(
         message={
             "type": "register",

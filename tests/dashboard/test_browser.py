@@ -186,6 +186,7 @@ def test_the_dashboard_follows_actions_from_queue_to_node_to_done(dashboard_serv
         expect(tid(f"action-{action_id}")).to_contain_text(driver.TENANT)
     expect(tid(f"{tenant}-running")).to_have_text("2", timeout=UPDATE_WAIT_MS)
     expect(tid(f"{tenant}-usage-cpu")).to_have_text("4")
+    expect(tid(f"{tenant}-lends-cpu")).to_have_text("lends ≤ 1")
     page.screenshot(path=str(SCREENSHOT), full_page=True)
 
     dashboard_server.drive("finish")

@@ -90,7 +90,7 @@ def test_snapshot_shows_tenant_queues_usage_and_quotas():
         "assigned": 1,
         "running": 1,
         "usage": {"cpu": 3.0, "memory": 32.0},
-        "quotas": {"cpu": {"guaranteed": 2.0, "limit": 6.0}},
+        "quotas": {"cpu": {"guaranteed": 2.0, "limit": 6.0, "lending_limit": None}},
         "waiting": acme_view["waiting"],
     }
     assert acme_view["waiting"].startswith("room is free now")

@@ -82,7 +82,9 @@ def quotas(draw: st.DrawFn) -> dict[str, TenantQuota]:
             guaranteed,
             limit,
             weight=draw(st.sampled_from((0.5, 1.0, 2.0))),
-            lend_guarantee=draw(st.booleans()),
+            lending_limit=draw(
+                st.sampled_from(({}, {"cpu": 0.0}, {"cpu": guaranteed["cpu"] / 2}, {"gpu": 0.0}))
+            ),
         )
     return out
 

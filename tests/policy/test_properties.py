@@ -141,19 +141,26 @@ def test_deterministic_whatever_the_input_order(snapshot: Snapshot, seed: int) -
     own=st.integers(0, 24),
     borrowing=st.integers(0, 60),
     cores=st.integers(24, 48),
-    lend=st.booleans(),
+    lending_limit=st.none() | st.integers(0, 24),
 )
 def test_a_tenant_within_its_guarantee_is_served_before_borrowers(
-    guaranteed: int, own: int, borrowing: int, cores: int, lend: bool
+    guaranteed: int, own: int, borrowing: int, cores: int, lending_limit: int | None
 ) -> None:
     """Whatever borrowers want, work within a guarantee that the pool can hold is placed,
-    and a non-lent idle guarantee stays free. The quota names cores only: the memory
-    the actions also ask for is not managed, so it does not make them borrow."""
+    and an idle guarantee is lent no further than its lending limit. The quota names
+    cores only: the memory the actions also ask for is not managed, so it does not
+    make them borrow."""
     from tangram_policy.types import Node
 
     own = min(own, guaranteed)
+    lendable = guaranteed if lending_limit is None else min(lending_limit, guaranteed)
     quotas = {
-        "a": TenantQuota("a", {"cpu": float(guaranteed)}, {"cpu": 100.0}, lend_guarantee=lend),
+        "a": TenantQuota(
+            "a",
+            {"cpu": float(guaranteed)},
+            {"cpu": 100.0},
+            lending_limit={} if lending_limit is None else {"cpu": float(lendable)},
+        ),
         "b": TenantQuota("b", {}, {"cpu": 100.0}),
     }
     elastic = Elasticity(min_units=1, max_units=4, parallel_fraction=0.9)
@@ -174,9 +181,11 @@ def test_a_tenant_within_its_guarantee_is_served_before_borrowers(
     for name in ("tangram", "fifo"):
         placements = get_policy(name).decide(snapshot).placements
         assert {f"a{i}" for i in range(own)} <= {p.action_id for p in placements}
-        if not lend:
-            borrowed = sum(p.allocation["cpu"] for p in placements if p.action_id.startswith("b"))
-            assert borrowed <= cores - guaranteed + 1e-9
+        borrowed = sum(p.allocation["cpu"] for p in placements if p.action_id.startswith("b"))
+        bound = cores - own - max(guaranteed - own - lendable, 0)
+        assert borrowed <= bound + 1e-9
+        if borrowing >= bound:  # and no less: the rest of the idle guarantee is lent
+            assert borrowed == pytest.approx(bound)
 
 
 def test_a_quota_bounds_only_the_kinds_it_names() -> None:

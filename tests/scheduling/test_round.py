@@ -80,17 +80,19 @@ def test_a_core_quota_guarantees_actions_that_also_ask_for_memory():
     assert _cpu_by_tenant() == {guaranteed.id: 3.0, borrower.id: 1.0}
 
 
-def test_unlent_guarantee_stays_free_for_its_owner():
+@pytest.mark.parametrize(("lending_limit", "borrowed"), [(0, 1.0), (1, 2.0), (None, 4.0)])
+def test_borrowers_take_an_idle_guarantee_only_up_to_its_lending_limit(lending_limit, borrowed):
     NodeFactory(capacity={"cpu": 4, "memory": 100_000})
     borrower = TenantFactory()
     owner = TenantFactory()
-    quota_set(tenant=owner, resource="cpu", guaranteed=3, limit=4, lend_guarantee=False)
+    quota_set(tenant=owner, resource="cpu", guaranteed=3, limit=4, lending_limit=lending_limit)
     ActionFactory.create_batch(4, tenant=borrower, demand={"cpu": 1})
     schedule_round()
-    assert _cpu_by_tenant() == {borrower.id: 1.0}
+    assert _cpu_by_tenant() == {borrower.id: borrowed}
     ActionFactory.create_batch(3, tenant=owner, demand={"cpu": 1})
     schedule_round()
-    assert _cpu_by_tenant() == {borrower.id: 1.0, owner.id: 3.0}
+    # What was not lent is there the moment its owner asks.
+    assert _cpu_by_tenant().get(owner.id, 0.0) == 4.0 - borrowed
 
 
 def test_only_nodes_offering_the_type_are_used():

@@ -171,6 +171,66 @@ def test_reward_calls_coalesce_into_a_batch_when_they_queue() -> None:
     assert simulate(workload, "tangram-no-batching").acts == pytest.approx(fifo.acts)
 
 
+def _lending(lending_limit: dict[str, float]) -> dict[str, Any]:
+    """Tenant b's four 10 s jobs at t = 0 on two 2-core nodes; tenant a's 1 s call at t = 1."""
+    raw = _workload(
+        tenants=[
+            {
+                "name": "a",
+                "guaranteed": {"cpu": 2},
+                "limit": {"cpu": 4},
+                "lending_limit": lending_limit,
+            },
+            {"name": "b", "guaranteed": {"cpu": 2}, "limit": {"cpu": 4}},
+        ]
+    )
+    raw["pool"][0].update(count=2, capacity={"cpu": 2})
+    borrower = raw["tasks"][0]
+    borrower.update(tenant="b", trajectories=4, turns=1, think_s=0, train_s=0)
+    borrower["actions"][0].update(duration_s=10, setup_s=0, start_s=0, affinity=[])
+    lender = json.loads(json.dumps(borrower))
+    lender.update(name="a", tenant="a", trajectories=1, start_s=1)
+    lender["actions"][0]["duration_s"] = 1
+    raw["tasks"].append(lender)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("lending_limit", "acts"),
+    [
+        # Lent in full: four 10 s jobs take all 4 cores; the lender's 1 s call,
+        # at t = 1, waits for the first to end (at 10): ACT 10.
+        ({}, {"b": [10.0] * 4, "a": [10.0]}),
+        # One of its 2 idle cores lent: the fourth job waits for a borrowed core
+        # (10..20, ACT 20; the idle guarantee stays free after the call, 1..2).
+        ({"cpu": 1}, {"b": [10.0] * 3 + [20.0], "a": [1.0]}),
+    ],
+)
+def test_a_lending_limit_keeps_the_rest_of_the_guarantee_for_its_owner_by_hand(
+    lending_limit: dict[str, float], acts: dict[str, list[float]]
+) -> None:
+    raw = _lending(lending_limit)
+    result = simulate(workload_from_dict(raw), "tangram", keep_records=True)
+    by_tenant: dict[str, list[float]] = {"a": [], "b": []}
+    for record in sorted(result.records, key=lambda r: r.finished):
+        by_tenant[record.tenant].append(record.act_s)
+    assert by_tenant == acts
+
+
+def test_the_lending_bench_prints_the_lenders_wait_for_each_limit(tmp_path: Path) -> None:
+    from bench.lending import main
+
+    path = tmp_path / "lending.yaml"
+    path.write_text(json.dumps(_lending({})))  # JSON is YAML
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main([str(path), "--tenant", "a", "--limits", "all,1", "--seeds", "1"]) == 0
+    rows = {line[:24].strip(): line[24:].split() for line in out.getvalue().splitlines()[2:]}
+    # mean ACT, step, the lender's wait and p95, the others' wait and p95
+    assert rows["tangram, lends all"][2] == "9.00" and rows["tangram, lends 1"][2] == "0.00"
+    assert rows["tangram, lends 1"][4] == "2.50"  # one of b's four jobs waits 10 s
+
+
 def test_partitioned_keeps_each_task_on_its_share() -> None:
     raw = _workload()
     raw["pool"][0].update(count=2, capacity={"cpu": 4})

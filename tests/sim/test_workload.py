@@ -121,6 +121,11 @@ BROKEN: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
         lambda raw: _task(raw).pop("actions"),
         "tasks[0]: has neither actions nor a reward",
     ),
+    (
+        "lending more than the guarantee",
+        lambda raw: raw["tenants"][0].update(lending_limit={"cpu": 5}),
+        "tenants[0].lending_limit.cpu: above its guaranteed 4",
+    ),
     ("no pool", lambda raw: raw.pop("pool"), "workload: 'pool' is a required property"),
 ]
 

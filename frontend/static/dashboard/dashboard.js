@@ -205,6 +205,17 @@
         el("span", { testid: `${prefix}-usage-${kind}` }, amount(kind, used)),
         quota ? ` / ${amount(kind, quota.guaranteed)} / ${amount(kind, quota.limit)}` : " (no quota)",
       ),
+      quota && quota.lending_limit !== null
+        ? el(
+            "span",
+            {
+              class: "muted lends",
+              testid: `${prefix}-lends-${kind}`,
+              title: "the most of its idle guarantee other tenants may borrow",
+            },
+            `lends ≤ ${amount(kind, quota.lending_limit)}`,
+          )
+        : null,
     );
   }
 
