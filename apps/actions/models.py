@@ -52,6 +52,11 @@ class Action(models.Model):
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
     allocation = models.JSONField(default=dict, blank=True)
     units = models.PositiveIntegerField(default=1)
+    #: When the running action's ``units`` last changed, and the work it had done
+    #: by then (seconds at its minimum units): growing or shrinking changes the
+    #: pace, so the work done is this plus the time since at the new units' speed.
+    resized_at = models.DateTimeField(null=True, blank=True)
+    done_at_resize_s = models.FloatField(default=0.0)
     #: GPU ids held on ``node`` while placed, all in one interconnect group.
     gpus = models.JSONField(default=list, blank=True)
     #: Shared by the members of the batch this placement made; "": not batched.

@@ -233,6 +233,8 @@ def actions_requeue(*, actions: QuerySet[Action], reason: str) -> int:
             node=None,
             allocation={},
             units=1,
+            resized_at=None,
+            done_at_resize_s=0.0,
             gpus=[],
             batch_id="",
             batch_size=1,

@@ -210,12 +210,26 @@ def _free_gpu_groups(
     return out
 
 
+def work_done_s(
+    elasticity: Elasticity,
+    units: int,
+    started_at: datetime | None,
+    resized_at: datetime | None,
+    done_at_resize_s: float,
+    now: datetime,
+) -> float:
+    """A running elastic action's work done, in seconds at its minimum units: what it
+    had done when its units last changed, plus the time since at their speed."""
+    since = resized_at or started_at
+    if since is None:
+        return done_at_resize_s
+    return done_at_resize_s + max((now - since).total_seconds(), 0.0) * speedup(elasticity, units)
+
+
 def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
     """Placed single elastic actions whose cores can change, on online nodes whose
     agent takes ``shrink`` (those holding more than their minimum) or ``resize``
     (any: they may also grow). An older agent's are offered capped at their units.
-
-    The work done is approximated as its run so far at its current units.
     """
     rows = (
         Action.objects.filter(
@@ -237,20 +251,22 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
             "type",
             "duration_hint_s",
             "started_at",
+            "resized_at",
+            "done_at_resize_s",
             "node__protocol",
         )
     )
     out = []
     for row in rows:
         id_, tenant_id, node_id, allocation, units, elasticity_text = row[:6]
-        type_, hint, started, protocol = row[6:]
+        type_, hint, started, resized, done_at_resize, protocol = row[6:]
         elasticity = decoded.get("elasticity", elasticity_text, _elasticity)
         if elasticity.unit_kind not in RESIZABLE_KINDS:
             continue
+        done_s = work_done_s(elasticity, units, started, resized, done_at_resize, now)
         if protocol < RESIZE_PROTOCOL:
             elasticity = replace(elasticity, max_units=units)
         if elasticity.min_units < units or units < elasticity.max_units:
-            ran_s = (now - started).total_seconds() if started is not None else 0.0
             out.append(
                 Resizable(
                     str(id_),
@@ -261,7 +277,7 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
                     elasticity,
                     type_,
                     hint,
-                    max(ran_s, 0.0) * speedup(elasticity, units),
+                    done_s,
                 )
             )
     return out

@@ -24,9 +24,9 @@ from apps.inventory.services import (
     nodes_reap_lost,
     resize_of,
 )
-from apps.scheduling.selectors import scheduling_snapshot
+from apps.scheduling.selectors import scheduling_snapshot, work_done_s
 from tangram_policy.registry import get_policy
-from tangram_policy.types import Placement, Resize
+from tangram_policy.types import Elasticity, Placement, Resize
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _schedule_round() -> RoundReport:
     decision = get_policy(settings.TANGRAM_POLICY).decide(snapshot)
     policy_ms = (time.perf_counter() - policy_started) * 1000
     now = timezone.now()
-    _resize(decision.resizes)
+    _resize(decision.resizes, now)
     assigned = _assign(decision.placements, now)
     if assigned:
         ActionEvent.objects.bulk_create(
@@ -103,7 +103,7 @@ def _schedule_round() -> RoundReport:
     return report
 
 
-def _resize(resizes: Sequence[Resize]) -> None:
+def _resize(resizes: Sequence[Resize], now: datetime) -> None:
     """Change running elastic actions' cores: take some back before the placements
     that use them, or give more while the pool is idle.
 
@@ -111,17 +111,28 @@ def _resize(resizes: Sequence[Resize]) -> None:
     since the snapshot freed its room anyway. Its agent sets the run's CPU
     limit when this commits; until then the placements made with the room are
     not sent either (the same commit), so a core is never promised twice for long.
+    The work done so far is kept, since the pace changes from here.
     """
     if not resizes:
         return
     wanted = {resize.action_id: resize for resize in resizes}
     changed = []
     for action in Action.objects.filter(pk__in=list(wanted), state__in=PLACED_STATES).only(
-        *RESIZE_FIELDS, "node_id"
+        *RESIZE_FIELDS, "node_id", "elasticity", "started_at", "resized_at", "done_at_resize_s"
     ):
         resize = wanted[str(action.pk)]
         if str(action.node_id) != resize.node_id:
             continue
+        if action.started_at is not None:
+            action.done_at_resize_s = work_done_s(
+                Elasticity(**action.elasticity),
+                action.units,
+                action.started_at,
+                action.resized_at,
+                action.done_at_resize_s,
+                now,
+            )
+            action.resized_at = now
         action.allocation = dict(resize.allocation)
         action.units = resize.units
         changed.append(action)
@@ -129,7 +140,11 @@ def _resize(resizes: Sequence[Resize]) -> None:
         transaction.on_commit(
             lambda n=resize.node_id, m=message: events.agent_resize(n, m)  # type: ignore[misc]
         )
-    Action.objects.bulk_update(changed, ["allocation", "units"], batch_size=WRITE_CHUNK)
+    Action.objects.bulk_update(
+        changed,
+        ["allocation", "units", "resized_at", "done_at_resize_s"],
+        batch_size=WRITE_CHUNK,
+    )
     if changed:
         transaction.on_commit(events.dashboard_changed)
     logger.info("round resized %d running elastic action(s)", len(changed))

@@ -15,7 +15,7 @@ from apps.inventory.services import nodes_reap_lost
 from apps.scheduling.selectors import scheduling_snapshot
 from apps.scheduling.services import WRITE_CHUNK, _assign, schedule_round
 from apps.tenants.services import quota_set
-from tangram_agent.protocol import scorer_warm_key
+from tangram_agent.protocol import RESIZE_PROTOCOL, scorer_warm_key
 from tangram_policy.registry import get_policy
 from tangram_policy.types import Placement
 from tests.factories import ActionFactory, NodeFactory, TenantFactory
@@ -93,6 +93,40 @@ def test_borrowers_take_an_idle_guarantee_only_up_to_its_lending_limit(lending_l
     schedule_round()
     # What was not lent is there the moment its owner asks.
     assert _cpu_by_tenant().get(owner.id, 0.0) == 4.0 - borrowed
+
+
+def test_work_done_is_kept_across_resizes():
+    """Done work, in seconds at minimum units, is run time times the speed of the units
+    held at the time: 10 s at 4 units, 5 s at 1, then the rest at 2 (parallel 0.5:
+    speedups 1.6, 1 and 4/3)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.scheduling.services import _resize
+    from tangram_policy.types import Resize
+
+    node = NodeFactory(capacity={"cpu": 8, "memory": 100_000}, protocol=RESIZE_PROTOCOL)
+    started = timezone.now() - timedelta(seconds=20)
+    action = ActionFactory(
+        state="running",
+        node=node,
+        allocation={"cpu": 4, "memory": 16},
+        units=4,
+        elasticity={"min_units": 1, "max_units": 4, "parallel_fraction": 0.5},
+        started_at=started,
+    )
+    to_units = [(10, 1), (15, 2)]
+    for seconds, units in to_units:
+        resize = Resize(str(action.pk), str(node.pk), {"cpu": units, "memory": 16}, units)
+        _resize([resize], started + timedelta(seconds=seconds))
+    action.refresh_from_db()
+    assert action.resized_at == started + timedelta(seconds=15)
+    assert action.done_at_resize_s == pytest.approx(10 * 1.6 + 5 * 1.0)
+    (held,) = scheduling_snapshot().resizable
+    ran_since = (timezone.now() - action.resized_at).total_seconds()
+    assert held.units == 2
+    assert held.done_s == pytest.approx(21.0 + ran_since * 4 / 3, abs=0.2)
 
 
 def test_only_nodes_offering_the_type_are_used():
