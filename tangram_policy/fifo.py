@@ -9,7 +9,7 @@ leaving any non-lent idle guarantee free.
 
 from __future__ import annotations
 
-from tangram_policy.ledger import Ledger, add, fits
+from tangram_policy.ledger import Ledger
 from tangram_policy.types import Decision, PendingAction, Placement, Snapshot
 
 Shape = tuple[str, tuple[tuple[str, float], ...]]
@@ -53,8 +53,7 @@ class FifoPolicy:
             if not ledger.within_limit(action.tenant, action.demand):
                 over_limit.add((action.tenant, shape))
                 continue
-            reserved = ledger.unlent_guarantee(exclude=action.tenant)
-            if reserved and not fits(add(action.demand, reserved), ledger.total_free()):
+            if not ledger.leaves_unlent_guarantees(action.tenant, action.demand):
                 continue
             self._place(ledger, action, placements, no_room)
         return Decision(placements=tuple(placements))

@@ -14,13 +14,6 @@ from tangram_policy.pool import take_gpus
 from tangram_policy.types import EPSILON, Node, Resources, Snapshot, TenantQuota
 
 
-def add(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
-    out = dict(a)
-    for kind, amount in b.items():
-        out[kind] = out.get(kind, 0.0) + amount
-    return out
-
-
 def fits(demand: Resources, free: Mapping[str, float]) -> bool:
     return all(amount <= free.get(kind, 0.0) + EPSILON for kind, amount in demand.items() if amount)
 
@@ -39,6 +32,12 @@ class Ledger:
         }
         self.usage: dict[str, dict[str, float]] = defaultdict(dict)
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
+        #: The pool's capacity: the nodes' unless the snapshot lists only some of them.
+        self.capacity: dict[str, float] = dict(snapshot.capacity or {})
+        if snapshot.capacity is None:
+            for node in snapshot.nodes:
+                for kind, amount in node.capacity.items():
+                    self.capacity[kind] = self.capacity.get(kind, 0.0) + amount
         for running in snapshot.running:
             self.take(running.tenant, running.node, running.allocation, running.gpus)
 
@@ -100,12 +99,18 @@ class Ledger:
                 reserved[kind] = reserved.get(kind, 0.0) + unlent
         return reserved
 
-    def total_free(self) -> dict[str, float]:
-        total: dict[str, float] = {}
-        for free in self.free.values():
-            for kind, amount in free.items():
-                total[kind] = total.get(kind, 0.0) + amount
-        return total
+    def leaves_unlent_guarantees(self, tenant: str, demand: Resources) -> bool:
+        """Whether ``tenant`` taking ``demand`` leaves the pool room for the idle guarantee
+        others do not lend, in the kinds it asks for."""
+        reserved = self.unlent_guarantee(exclude=tenant)
+        return all(
+            amount + reserved[kind]
+            <= self.capacity.get(kind, 0.0)
+            - sum(usage.get(kind, 0.0) for usage in self.usage.values())
+            + EPSILON
+            for kind, amount in demand.items()
+            if amount > 0 and kind in reserved
+        )
 
     def best_fit(
         self, demand: Resources, action_type: str, candidates: Iterable[str]

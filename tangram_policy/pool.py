@@ -167,12 +167,12 @@ class Pool:
         self._room_keys: dict[float, int] = {}
         self.nodes: dict[str, Node] = {node.id: node for node in snapshot.nodes}
         self.free: dict[str, dict[str, float]] = {}
-        self.total_free: dict[str, float] = {}
+        listed: dict[str, float] = {}
         self.gpu_free: dict[str, list[list[str]]] = {}
         for node in snapshot.nodes:
             self.free[node.id] = dict(node.capacity)
             for kind, amount in node.capacity.items():
-                self.total_free[kind] = self.total_free.get(kind, 0.0) + amount
+                listed[kind] = listed.get(kind, 0.0) + amount
             if node.gpu_groups:
                 self.gpu_free[node.id] = [sorted(group) for group in node.gpu_groups]
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
@@ -184,13 +184,10 @@ class Pool:
         ]
         #: Every tenant lends all its idle guarantee: borrowers need not leave any free.
         self.lends_all = not self._bounded_lenders
-        if snapshot.capacity is not None:
-            self.total: dict[str, float] = dict(snapshot.capacity)
-        else:
-            self.total = dict(self.total_free)
-        #: Only ``leaves_unlent_guarantees`` reads ``total_free`` from here on:
-        #: running actions and placements keep it current only if it may be read.
-        self.keeps_total_free = not self.lends_all
+        #: The pool's capacity: the nodes' unless the snapshot lists only some of them.
+        self.total: dict[str, float] = (
+            dict(snapshot.capacity) if snapshot.capacity is not None else listed
+        )
         self.usage: dict[str, dict[str, float]] = {}
         #: Dominant-resource share per tenant, kept current by ``charge``.
         self.shares: dict[str, float] = {}
@@ -199,7 +196,6 @@ class Pool:
     def _seed_running(self, snapshot: Snapshot) -> None:
         """Charge running actions: the indexes do not exist yet, so only room and usage."""
         frees = self.free
-        total_free = self.total_free if self.keeps_total_free else None
         gpu_free = self.gpu_free
         usages = self.usage
         for running in snapshot.running:
@@ -215,9 +211,6 @@ class Pool:
             for kind, amount in allocation.items():
                 free[kind] = free.get(kind, 0.0) - amount
                 usage[kind] = usage.get(kind, 0.0) + amount
-            if total_free is not None:
-                for kind, amount in allocation.items():
-                    total_free[kind] = total_free.get(kind, 0.0) - amount
             if gpu_free and running.node in gpu_free and allocation.get("gpu", 0.0) > 0:
                 take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
         for tenant in usages:
@@ -260,11 +253,8 @@ class Pool:
                     share = used / capacity
         else:
             listed = self._node_indexes.get(node_id)
-            total_free = self.total_free if self.keeps_total_free else None
             for kind, amount, capacity in items:
                 after = free[kind] = free.get(kind, 0.0) - amount
-                if total_free is not None:
-                    total_free[kind] = total_free.get(kind, 0.0) - amount
                 if listed and amount:
                     listing = listed.get(kind)
                     if listing is not None:
@@ -350,7 +340,7 @@ class Pool:
             return True
         reserved = self._idle_guarantees(tenant, unlent=True)
         return all(
-            amount + reserved.get(kind, 0.0) <= self.total_free.get(kind, 0.0) + EPSILON
+            amount + reserved[kind] <= self.unused(kind) + EPSILON
             for kind, amount in demand.items()
             if amount > 0 and kind in reserved
         )
@@ -368,10 +358,8 @@ class Pool:
         return self.shares.get(tenant, 0.0)
 
     def unused(self, kind: str) -> float:
-        """Pool-wide room of ``kind``: capacity less every tenant's usage.
-
-        Unlike ``total_free`` it is exact also when ``nodes`` lists only some nodes.
-        """
+        """Pool-wide room of ``kind``: capacity less every tenant's usage, exact also
+        when the snapshot lists only some nodes (the ones with room, say)."""
         used = sum([usage.get(kind, 0.0) for usage in self.usage.values()])
         return self.total.get(kind, 0.0) - used
 

@@ -170,7 +170,8 @@ def build_nodes(workload: Workload, policy: str) -> list[SimNodeSpec]:
                 position += counts[name]
             continue
         total = sum(weights.values()) or 1.0
-        for node_id, capacity in nodes:
+        split: list[dict[str, dict[str, float]]] = []
+        for _, capacity in nodes:
             parts: dict[str, dict[str, float]] = {name: {} for name in parties}
             for kind, amount in capacity.items():
                 if kind == "gpu" or kind.startswith("api:"):
@@ -180,9 +181,64 @@ def build_nodes(workload: Workload, policy: str) -> list[SimNodeSpec]:
                 else:
                     for name in parties:
                         parts[name][kind] = amount * weights[name] / total
+            split.append(parts)
+        demands = _demands(workload)
+        _make_room(split, {name: [demands[t] for t in ids] for name, (ids, _) in parties.items()})
+        for (node_id, _), parts in zip(nodes, split, strict=True):
             for name in sorted(parties):
                 specs.append(_spec(f"{node_id}/{name}", parts[name], parties[name][0], group))
     return specs
+
+
+def _demands(workload: Workload) -> dict[str, Mapping[str, float]]:
+    """Each action type's demand at its minimum units; a static lease's, its largest."""
+    out: dict[str, Mapping[str, float]] = {}
+    for task in workload.tasks:
+        lease: dict[str, float] = {}
+        for action in _task_types(task):
+            out[action.id] = action.demand
+            if action.binding == "trajectory":
+                for kind, amount in action.demand.items():
+                    lease[kind] = max(lease.get(kind, 0.0), amount)
+        out[f"{task.name}.{LEASE_SUFFIX}"] = lease
+    return out
+
+
+def _fits(demand: Mapping[str, float], room: Mapping[str, float]) -> bool:
+    return all(amount <= room.get(kind, 0.0) + 1e-9 for kind, amount in demand.items())
+
+
+def _make_room(
+    split: list[dict[str, dict[str, float]]], needs: Mapping[str, list[Mapping[str, float]]]
+) -> None:
+    """Give a party whose parts fit one of its actions nowhere the room it lacks, on the
+    node where it lacks least, out of what the other parties there hold beyond their
+    own largest actions. A fixed share smaller than a task's action would leave
+    that task stuck forever; no operator would provision one so, and proportional
+    shares of a small node do (a light task next to a heavy one)."""
+    largest: dict[str, dict[str, float]] = {party: {} for party in needs}
+    for party, demands in needs.items():
+        for demand in demands:
+            for kind, amount in demand.items():
+                largest[party][kind] = max(largest[party].get(kind, 0.0), amount)
+    for party in sorted(needs):
+        for demand in needs[party]:
+            if any(_fits(demand, parts[party]) for parts in split):
+                continue
+            parts = min(
+                split,
+                key=lambda p: sum(max(a - p[party].get(k, 0.0), 0.0) for k, a in demand.items()),
+            )
+            for kind, amount in demand.items():
+                lack = amount - parts[party].get(kind, 0.0)
+                for other in sorted(parts):
+                    if other == party or lack <= 1e-9:
+                        continue
+                    spare = parts[other].get(kind, 0.0) - largest[other].get(kind, 0.0)
+                    give = min(max(spare, 0.0), lack)
+                    parts[other][kind] = parts[other].get(kind, 0.0) - give
+                    parts[party][kind] = parts[party].get(kind, 0.0) + give
+                    lack -= give
 
 
 def _spec(

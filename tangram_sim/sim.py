@@ -755,8 +755,10 @@ class Simulation:
             for key in action.type.affinity:
                 if key not in node.warm:
                     pulls[key] = max(pulls.get(key, 0.0), action.type.setup_s)
-        for key in sorted({k for action, _ in members for k in action.type.affinity}):
-            ready = node.warm.get(key)
+        # Every key's readiness first: keeping one warm may evict another of them.
+        keys = sorted({k for action, _ in members for k in action.type.affinity})
+        readies = [node.warm.get(key) for key in keys]
+        for key, ready in zip(keys, readies, strict=True):
             if ready is None:
                 ready = now + pulls[key]
             setup = max(setup, ready - now)
