@@ -17,7 +17,9 @@
 Shares are proportional to each party's expected demand on the group (actions
 per step x mean duration x primary demand). A group with at least as many
 nodes as tasks is split by whole nodes (largest remainder, at least one each);
-otherwise every node's capacity is split (GPUs whole).
+otherwise every node's capacity is split (GPUs whole), and a party whose
+parts would hold none of its largest actions gets the room it lacks from the
+others' spare (a fixed share too small for one action would never run it).
 """
 
 from __future__ import annotations
