@@ -277,6 +277,8 @@ def _validate(
                 raise WorkloadError(f"{at}.elasticity.max_units: below min_units")
         if not task.actions and task.reward is None:
             raise WorkloadError(f"{where}: has neither actions nor a reward")
+        if task.reward is None and task.turns.expected() <= 0:
+            raise WorkloadError(f"{where}.turns: none and no reward, so it runs no action")
 
 
 def load_workload(path: str | Path) -> Workload:

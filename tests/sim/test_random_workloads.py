@@ -152,7 +152,7 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
             "start_s": draw(st.sampled_from((0, 3))),
             "actions": actions,
         }
-        if not actions or draw(st.booleans()):
+        if not actions or task["turns"] == 0 or draw(st.booleans()):
             kind = draw(st.sampled_from(kinds))
             if kind == "gpu":
                 task["reward"] = draw(_gpu_action("score", gpus))

@@ -126,6 +126,11 @@ BROKEN: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
         lambda raw: raw["tenants"][0].update(lending_limit={"cpu": 5}),
         "tenants[0].lending_limit.cpu: above its guaranteed 4",
     ),
+    (
+        "no turns and no reward",
+        lambda raw: _task(raw).update(turns=0),
+        "tasks[0].turns: none and no reward, so it runs no action",
+    ),
     ("no pool", lambda raw: raw.pop("pool"), "workload: 'pool' is a required property"),
 ]
 
