@@ -421,6 +421,30 @@ def test_shipped_workloads_load(name: str) -> None:
     assert workload.tasks and workload.pool
 
 
+def test_a_perturbed_variant_scales_each_number_by_its_factor() -> None:
+    from bench.perturb import variant
+
+    workload = workload_from_dict(_workload())
+    factors = {"pool": 2.0, "trajectories": 3.0, "think": 0.5, "duration": 1.5, "setup": 0.25}
+    changed = variant(workload, factors, "v")
+    (task,), (action,) = changed.tasks, changed.tasks[0].actions
+    assert changed.name == "v" and changed.pool[0].count == 2.0
+    assert (task.trajectories, task.think_s.value) == (3, 5.0)
+    assert (action.duration_s.value, action.setup_s) == (7.5, 1.0)
+    assert action.start_s == workload.tasks[0].actions[0].start_s  # not perturbed
+
+
+def test_the_perturbation_bench_judges_each_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.perturb import main
+
+    code = main([str(WORKLOADS / "swe.yaml"), "--variants", "2", "--seeds", "1", "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert out.count("swe-") == 2 and "of 2 workloads meet every target" in out
+    assert "pool x" in out and code in (0, 1)
+    again = main([str(WORKLOADS / "swe.yaml"), "--variants", "2", "--seeds", "1", "--jobs", "1"])
+    assert capsys.readouterr().out == out and again == code  # the same seed, the same variants
+
+
 def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> None:
     """A workload where tangram has nothing to gain over fifo misses targets, and says which."""
     from bench.targets import main
