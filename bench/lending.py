@@ -18,9 +18,9 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
-from bench.policy import parse_seeds
+from bench.policy import parse_seeds, parse_workload
 from tangram_sim.sim import PolicyError, Simulation, quantile
-from tangram_sim.workload import Workload, WorkloadError, load_workload
+from tangram_sim.workload import Workload
 
 NO_LIMIT = "all"
 
@@ -64,10 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
-    try:
-        workload = load_workload(args.workload)
-    except WorkloadError as error:
-        parser.error(str(error))
+    workload = parse_workload(parser, args.workload)
     if args.tenant not in workload.quotas:
         parser.error(f"--tenant: expected one of {sorted(workload.quotas)}, got {args.tenant!r}")
     seeds = parse_seeds(parser, args.seeds)

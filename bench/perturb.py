@@ -22,9 +22,9 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
-from bench.policy import parse_seeds
+from bench.policy import parse_seeds, parse_workload
 from bench.targets import HEAD, line, summary, verdict
-from tangram_sim.workload import ActionType, Dist, Workload, WorkloadError, load_workload
+from tangram_sim.workload import ActionType, Dist, Workload
 
 FACTORS = ("pool", "trajectories", "think", "duration", "setup")
 
@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--savings", action="store_true", help="also bisect the pool (slow)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
-    try:
-        workload = load_workload(args.workload)
-    except WorkloadError as error:
-        parser.error(str(error))
+    workload = parse_workload(parser, args.workload)
     if args.variants < 1:
         parser.error(f"--variants: expected at least 1, got {args.variants}")
     if args.spread < 1:

@@ -242,6 +242,14 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse_workload(parser: argparse.ArgumentParser, path: str) -> Workload:
+    """The workload at ``path``, or the parser's usage error naming what is wrong (exit 2)."""
+    try:
+        return load_workload(path)
+    except WorkloadError as error:
+        parser.error(str(error))
+
+
 def parse_seeds(parser: argparse.ArgumentParser, text: str) -> list[int]:
     """``--seeds`` as integers, or the parser's usage error (exit 2)."""
     try:
@@ -266,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    try:
-        workload = load_workload(args.workload)
-    except WorkloadError as error:
-        parser.error(str(error))
+    workload = parse_workload(parser, args.workload)
     seeds = parse_seeds(parser, args.seeds)
     names = [p for p in args.policies.split(",") if p]
     known = sorted({*BASELINES, *POLICIES})

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from bench.policy import parse_workload
 from tangram_sim.sim import Simulation
-from tangram_sim.workload import WorkloadError, load_workload
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,10 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="tangram")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
-    try:
-        workload = load_workload(args.workload)
-    except WorkloadError as error:
-        parser.error(str(error))
+    workload = parse_workload(parser, args.workload)
     if args.seed is not None:
         workload = workload.with_seed(args.seed)
     started = time.perf_counter()

@@ -27,9 +27,16 @@ import sys
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
-from bench.policy import DEFAULT_POLICIES, parse_seeds, ratios, run_policies, savings
+from bench.policy import (
+    DEFAULT_POLICIES,
+    parse_seeds,
+    parse_workload,
+    ratios,
+    run_policies,
+    savings,
+)
 from tangram_sim.sim import PolicyError
-from tangram_sim.workload import Workload, WorkloadError, load_workload
+from tangram_sim.workload import Workload
 
 #: The issue's targets (ARL-Tangram reports 4.3x, 1.5x and 71.2%).
 ACT_VS_STATIC = 5.0
@@ -110,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     seeds = parse_seeds(parser, args.seeds)
-    workloads = []
-    for path in args.workloads:
-        try:
-            workloads.append(load_workload(path))
-        except WorkloadError as error:
-            parser.error(str(error))
+    workloads = [parse_workload(parser, path) for path in args.workloads]
     table = args.format == "table"
     if table:
         print(HEAD, flush=True)

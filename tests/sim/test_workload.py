@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bench import lending, perturb, scale, targets
 from bench import policy as bench_policy
 from tangram_sim.workload import WorkloadError, load_workload, workload_from_dict
 
@@ -172,3 +173,27 @@ def test_the_benchmark_says_what_is_wrong_and_exits_2(
             bench_policy.main(argv)
         assert exited.value.code == 2
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("main", "extra"),
+    [
+        (targets.main, []),
+        (lending.main, ["--tenant", "team-code"]),
+        (perturb.main, []),
+        (scale.main, []),
+    ],
+    ids=["targets", "lending", "perturb", "scale"],
+)
+def test_every_bench_refuses_a_bad_workload_with_its_error(
+    main: Callable[[list[str]], int],
+    extra: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text((WORKLOADS / "swe.yaml").read_text().replace("duration_s:", "duraton_s:", 1))
+    with pytest.raises(SystemExit) as exited:
+        main([str(path), *extra])
+    assert exited.value.code == 2
+    assert "'duraton_s' was unexpected" in capsys.readouterr().err
