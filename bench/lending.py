@@ -56,7 +56,11 @@ def _row(label: str, runs: list[dict[str, list[float]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.lending", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.lending",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("workload")
     parser.add_argument("--tenant", required=True, help="the lender")
     parser.add_argument("--kind", default="cpu")

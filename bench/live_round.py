@@ -116,7 +116,11 @@ def _time_round(repeat: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.live_round", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.live_round",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--running", type=int, default=5_000)

@@ -68,7 +68,11 @@ def draw_factors(rng: random.Random, spread: float) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.perturb", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.perturb",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("workload")
     parser.add_argument("--variants", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1, help="draws the variants' factors")

@@ -262,7 +262,11 @@ def parse_seeds(parser: argparse.ArgumentParser, text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.policy", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.policy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("workload")
     parser.add_argument("--seeds", default="1", help="comma-separated, e.g. 1,2,3")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))

@@ -140,7 +140,11 @@ def build_snapshot(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.round", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.round",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--policies", default="tangram")
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1_000)

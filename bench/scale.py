@@ -14,7 +14,11 @@ from tangram_sim.sim import Simulation
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("workload")
     parser.add_argument("--policy", default="tangram")
     parser.add_argument("--seed", type=int, default=None)

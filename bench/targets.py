@@ -107,7 +107,11 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.targets", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.targets",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("workloads", nargs="+", help="workload YAML files")
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated, e.g. 1,2,3")
     parser.add_argument("--no-savings", action="store_true", help="skip the pool bisection")

@@ -129,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     from tangram_sim.sim import simulate
     from tangram_sim.workload import WorkloadError, load_workload
 
-    parser = argparse.ArgumentParser(prog="python -m tangram_sim.trace", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tangram_sim.trace",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     record = commands.add_parser("record", help="simulate and write every action as JSONL")
     record.add_argument("workload")
