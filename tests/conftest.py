@@ -1,15 +1,26 @@
-"""Shared fixtures: an owner tenant, a stranger tenant and staff, with API clients."""
+"""Shared fixtures: an owner tenant, a stranger tenant and staff, with API clients.
+
+Also the hypothesis profiles: ``ci`` (the default) and ``deep``, chosen by
+``TANGRAM_HYPOTHESIS``, for a long fuzz of the policy properties and random
+workloads before a policy change lands.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import settings
 from rest_framework.test import APIClient
 
 from apps.tenants import services as tenant_services
 from apps.tenants.models import Tenant
 from tests.factories import NodeFactory, TenantFactory, UserFactory
+
+settings.register_profile("ci", max_examples=150, deadline=None)
+settings.register_profile("deep", max_examples=3000, deadline=None)
+settings.load_profile(os.environ.get("TANGRAM_HYPOTHESIS", "ci"))
 
 
 @dataclass

@@ -19,7 +19,8 @@ from tangram_policy.registry import POLICIES, get_policy
 from tangram_policy.types import EPSILON, Elasticity, PendingAction, Snapshot, TenantQuota
 from tests.policy.strategies import snapshots
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Examples per test from the hypothesis profile (tests/conftest.py).
+SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow])
 
 
 def _check_decision(snapshot: Snapshot, name: str) -> None:

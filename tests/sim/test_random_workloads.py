@@ -169,11 +169,7 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(raw=workloads())
 def test_every_policy_finishes_every_action_of_a_random_workload(raw: dict[str, Any]) -> None:
     workload = workload_from_dict(raw)
