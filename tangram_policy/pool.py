@@ -175,6 +175,12 @@ class Pool:
                 listed[kind] = listed.get(kind, 0.0) + amount
             if node.gpu_groups:
                 self.gpu_free[node.id] = [sorted(group) for group in node.gpu_groups]
+        self.warm_nodes: Mapping[str, int] = snapshot.warm_nodes
+        #: Some node keeps a bounded number of warm keys: a setup there may evict one.
+        self.evicting = any(node.warm_slots for node in snapshot.nodes)
+        #: Per node, the warm keys this round's placements set up there (a slot each).
+        self.set_up: dict[str, set[str]] = {}
+        self.set_up_keys: set[str] = set()
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         #: Tenants that lend less than all of some guarantee (a lending limit below it).
         self._bounded_lenders = [
@@ -444,6 +450,7 @@ class Pool:
         needs: tuple[tuple[str, float], ...],
         gpus_needed: int,
         roomiest: bool,
+        keeping: frozenset[str] = frozenset(),
     ) -> tuple[int, str, tuple[str, ...]] | None:
         """A node in ``index`` with room for every one of ``needs``, its position there, its GPUs.
 
@@ -451,6 +458,7 @@ class Pool:
         the one with the least room of the index's kind that still holds
         ``need``, so small requests fill the fullest nodes first and large ones
         keep finding whole nodes. ``charge`` takes the position so as not to search for it again.
+        With ``keeping`` (warm keys), only a node with free warm slots for them.
         """
         if roomiest:
             last = len(index) - 1
@@ -468,6 +476,8 @@ class Pool:
                 if amount > free.get(kind, 0.0) + EPSILON:
                     break
             else:
+                if keeping and self.evicts(node_id, keeping):
+                    continue
                 if gpus_needed and node_id in self.gpu_free:
                     gpus = self.pick_gpus(node_id, gpus_needed)
                     if gpus is None:
@@ -475,6 +485,20 @@ class Pool:
                     return position, node_id, gpus
                 return position, node_id, ()
         return None
+
+    def set_up_warm(self, node_id: str, keys: frozenset[str]) -> None:
+        """Note that a placement sets ``keys`` up on ``node_id`` (a pull, a model load)."""
+        if self.nodes[node_id].warm_slots:
+            self.set_up.setdefault(node_id, set()).update(keys)
+            self.set_up_keys |= keys
+
+    def evicts(self, node_id: str, keys: frozenset[str]) -> bool:
+        """Whether setting ``keys`` up on ``node_id`` takes it past its warm slots."""
+        node = self.nodes[node_id]
+        if not node.warm_slots:
+            return False
+        held = node.warm | keys | self.set_up.get(node_id, frozenset())
+        return len(held) > node.warm_slots
 
     def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:
         """``count`` free GPU ids, inside one group when topology counts (best-fit group).

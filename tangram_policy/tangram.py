@@ -512,10 +512,18 @@ class _Round:
         if index is not None:
             found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
         if found is None:
+            warm_listed = bool(index)
             index = cls.anywhere
             if index is None:
                 index = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
-            found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+            keeping: frozenset[str] = frozenset()
+            if pool.evicting and head.setup_s > 0 and self.config.affinity:
+                keeping = head.affinity
+            found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping)
+            if found is None and keeping:  # room, if any, only where its setup evicts a key
+                found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+                if found is not None and self._waits(head, self.now - entry[4], warm_listed):
+                    return False
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -526,6 +534,8 @@ class _Round:
                     self.reserved_from_borrowers.add(kind)
                 return False
             warmed = False
+            if head.affinity:
+                pool.set_up_warm(found[1], head.affinity)
         else:
             # Warm with the class's affinity, which is the action's (unless a batch group's).
             warmed = not cls.batched
@@ -550,6 +560,25 @@ class _Round:
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
+
+    def _waits(self, head: PendingAction, waited_s: float, warm_listed: bool) -> bool:
+        """Whether ``head``, with room only where setting its keys up evicts others,
+        waits for room on a node that holds them instead.
+
+        A cold placement goes to a node with free warm slots where there is
+        one: evicting a key in use sends the next action of that key cold
+        too, and so on (thrashing). Where there is none, ski rental: an action
+        waits while it has waited less than its setup takes and some node
+        holds its keys (a full one: its room comes back as its actions end) or
+        this round sets them up on one; then it goes where there is room.
+        """
+        if waited_s >= head.setup_s:
+            return False
+        pool = self.pool
+        held = pool.warm_nodes
+        return warm_listed or all(
+            held.get(key, 0) > 0 or key in pool.set_up_keys for key in head.affinity
+        )
 
     def _setup_s(self, action: PendingAction, node_id: str) -> float:
         """Setup ``action`` costs on ``node_id``: none where the node is warm with its affinity."""

@@ -131,6 +131,9 @@ class Node:
     #: ``gpu_groups``. A view whose groups list only free ids (``Snapshot.capacity``)
     #: says it, so that an action larger than every group is known to need several.
     gpu_group_size: int = 0
+    #: Warm keys the node keeps at most (LRU), 0: no bound known. Setting up a
+    #: key on a node whose slots are all taken evicts one another action may need.
+    warm_slots: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +215,10 @@ class Snapshot:
     #: units for actions that wait, or add units while the pool is idle. A
     #: policy may ignore them. Their nodes are in ``nodes``.
     resizable: tuple[Resizable, ...] = ()
+    #: Per warm key, how many nodes hold it, listed in ``nodes`` or not (full
+    #: ones): an action whose keys a full node holds may wait for its room
+    #: rather than evict them elsewhere. Empty: only listed nodes are known.
+    warm_nodes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

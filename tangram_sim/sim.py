@@ -109,6 +109,7 @@ class _Node:
                 frozenset(self.warm),
                 tuple(tuple(g) for g in self.gpu_free) if self.gpu_groups else (),
                 gpu_group_size(self.gpu_groups),
+                self.warm_slots,
             )
         return self.view
 
@@ -332,6 +333,8 @@ class Simulation:
         self._room: set[str] = {n.id for n in self.nodes.values() if n.has_room()}
         #: Nodes with room that run something; idle nodes by group and by warm key.
         self._partial: set[str] = set()
+        #: Per warm key, the nodes that hold it (``Snapshot.warm_nodes``).
+        self._warm_nodes: dict[str, int] = {}
         self._idle: dict[str, list[tuple[int, str]]] = {}
         self._idle_warm: dict[str, list[tuple[int, str]]] = {}
         self._groups_of_type: dict[str, set[str]] = {}
@@ -610,6 +613,7 @@ class Simulation:
             duration_stats=self.stats,
             capacity=self.capacity,
             resizable=resizable,
+            warm_nodes=self._warm_nodes,
         )
         decision = self.policy.decide(snapshot)
         for resize in decision.resizes:
@@ -762,10 +766,13 @@ class Simulation:
             if ready is None:
                 ready = now + pulls[key]
             setup = max(setup, ready - now)
+            if key not in node.warm:
+                self._warm_nodes[key] = self._warm_nodes.get(key, 0) + 1
             node.warm[key] = ready
             node.warm.move_to_end(key)
             while len(node.warm) > node.warm_slots:
-                node.warm.popitem(last=False)
+                evicted, _ = node.warm.popitem(last=False)
+                self._warm_nodes[evicted] -= 1
         node.view = None
         longest = max(runs)
         marginal = members[0][0].type.batch_marginal

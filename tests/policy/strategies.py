@@ -17,6 +17,7 @@ from tangram_policy.types import (
 
 TENANTS = ("a", "b", "c")
 TYPES = ("python", "tests", "reward")
+WARM_KEYS = ("image:a", "image:b", "model:rm")
 
 
 @st.composite
@@ -33,8 +34,9 @@ def nodes(draw: st.DrawFn, index: int) -> Node:
         size = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= gpus]))
         groups = tuple(tuple(ids[i : i + size]) for i in range(0, gpus, size))
     executors = frozenset(draw(st.sets(st.sampled_from(TYPES), min_size=1)))
-    warm = frozenset(draw(st.sets(st.sampled_from(("image:a", "image:b", "model:rm")))))
-    return Node(f"n{index}", capacity, executors, warm, groups)
+    warm = frozenset(draw(st.sets(st.sampled_from(WARM_KEYS))))
+    warm_slots = draw(st.sampled_from((0, 0, 1, 2, 3)))
+    return Node(f"n{index}", capacity, executors, warm, groups, warm_slots=warm_slots)
 
 
 @st.composite
@@ -64,7 +66,8 @@ def pending_actions(draw: st.DrawFn, index: int) -> PendingAction:
         affinity=frozenset(draw(st.sets(st.sampled_from(("image:a", "image:b")), max_size=1))),
         batch_key="rm" if action_type == "reward" and draw(st.booleans()) else None,
         batch_limit=draw(st.integers(1, 8)),
-        setup_s=draw(st.sampled_from((0.0, 30.0))),
+        # Now is 200: a 300 s setup is longer than any wait, so a cold placement may wait.
+        setup_s=draw(st.sampled_from((0.0, 30.0, 300.0))),
     )
 
 
@@ -159,4 +162,6 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         running=tuple(running),
         duration_stats=stats,
         resizable=tuple(resizable),
+        # Keys held by nodes listed or not (full ones).
+        warm_nodes={key: draw(st.integers(0, 2)) for key in WARM_KEYS},
     )

@@ -103,6 +103,52 @@ def test_a_warm_node_is_preferred_and_cold_is_the_fallback() -> None:
     assert fallback.placements[0].node_id == "cold"
 
 
+def test_a_cold_placement_waits_rather_than_evict_until_it_has_waited_its_setup() -> None:
+    """Nodes keep two images; ``image:x`` is on a full node. A node with a free slot
+    takes the action at once; one whose slots are taken (its images in use) does
+    not, until the action has waited as long as the pull would take (ski rental)."""
+    x = frozenset({"image:x"})
+    full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x, warm_slots=2)
+    taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
+    free_slot = Node("free-slot", {"cpu": 8.0}, CPU, warm=frozenset({"image:y"}), warm_slots=2)
+    action = _action("a", affinity=x, setup_s=30.0, submitted_at=90.0)
+    policy = get_policy("tangram")
+
+    def placed(nodes: list[Node], now: float, warm_nodes: dict[str, int]) -> list[str]:
+        snapshot = replace(_snapshot(nodes, [action], now=now), warm_nodes=warm_nodes)
+        return [p.node_id for p in policy.decide(snapshot).placements]
+
+    # Best fit would pick "taken" (less room): the free slot wins.
+    assert placed([full_of_x, taken, free_slot], 100.0, {"image:x": 1}) == ["free-slot"]
+    assert placed([full_of_x, taken], 100.0, {"image:x": 1}) == []  # it waits for room on x
+    assert placed([full_of_x, taken], 120.0, {"image:x": 1}) == ["taken"]  # waited 30 s
+    # Held by a full node the snapshot leaves out: Snapshot.warm_nodes says so.
+    assert placed([taken], 100.0, {"image:x": 1}) == []
+    # Held nowhere: waiting brings no warm room, so it is set up at once.
+    assert placed([taken], 100.0, {}) == ["taken"]
+    # No bound on the slots known (the live agents): nothing is evicted, as before.
+    unbounded = replace(taken, warm_slots=0)
+    assert placed([full_of_x, unbounded], 100.0, {"image:x": 1}) == ["taken"]
+    no_affinity = get_policy("tangram-no-affinity")
+    snapshot = replace(_snapshot([full_of_x, taken], [action]), warm_nodes={"image:x": 1})
+    assert [p.node_id for p in no_affinity.decide(snapshot).placements] == ["taken"]
+
+
+def test_one_round_counts_the_slots_its_own_cold_placements_take() -> None:
+    """Two actions with different images and one free slot on the only node with
+    room: the first takes the slot, the second waits rather than evict it."""
+    node = Node("n", {"cpu": 8.0}, CPU, warm=frozenset({"image:y"}), warm_slots=2)
+    full = Node("f", {"cpu": 0.0}, CPU, warm=frozenset({"image:x", "image:w"}), warm_slots=2)
+    pending = [
+        _action("a", affinity=frozenset({"image:x"}), setup_s=30.0, submitted_at=99.0),
+        _action("b", affinity=frozenset({"image:w"}), setup_s=30.0, submitted_at=99.5),
+        _action("c", affinity=frozenset({"image:x"}), setup_s=30.0, submitted_at=99.8),
+    ]
+    snapshot = replace(_snapshot([node, full], pending), warm_nodes={"image:x": 1, "image:w": 1})
+    placed = {p.action_id: p.node_id for p in get_policy("tangram").decide(snapshot).placements}
+    assert placed == {"a": "n", "c": "n"}  # c's image is set up there already
+
+
 def test_multi_gpu_actions_stay_inside_one_interconnect_group() -> None:
     node = Node(
         "g",

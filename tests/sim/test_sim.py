@@ -231,6 +231,41 @@ def test_the_lending_bench_prints_the_lenders_wait_for_each_limit(tmp_path: Path
     assert rows["tangram, lends 1"][4] == "2.50"  # one of b's four jobs waits 10 s
 
 
+def test_tangram_keeps_each_image_on_a_node_that_holds_it_when_nodes_keep_one() -> None:
+    """Two tasks with an image each, on two nodes that keep one image warm. Blind
+    to warm slots, best fit pulls one image over the other while it is in use, so
+    the next action of that image pulls again (thrashing); tangram sets an image
+    up only on a free slot, or waits for a node that holds it."""
+    raw = _workload()
+    raw["pool"][0].update(count=2, capacity={"cpu": 4}, warm_slots=1)
+    raw["tasks"][0].update(trajectories=4, turns=6, think_s=2, train_s=0)
+    raw["tasks"][0]["actions"][0].update(duration_s=3, setup_s=20, start_s=0)
+    second = json.loads(json.dumps(raw["tasks"][0]))
+    second["name"] = "u"
+    second["actions"][0]["affinity"] = ["image:y"]
+    raw["tasks"].append(second)
+    workload = workload_from_dict(raw)
+
+    def pulls(policy: str) -> tuple[int, dict[str, set[str]]]:
+        sim = Simulation(workload, policy, keep_records=True)
+        records = sim.run().records
+        held: dict[str, int] = {}
+        for node in sim.nodes.values():
+            for key in node.warm:
+                held[key] = held.get(key, 0) + 1
+        assert sim._warm_nodes == held  # what Snapshot.warm_nodes says, kept as keys come and go
+        nodes: dict[str, set[str]] = {}
+        for record in records:
+            nodes.setdefault(record.type.split(".")[0], set()).add(record.node)
+        # An action that waited for a pull ran for more than its 3 s.
+        return sum(r.finished - r.started > 3.0 + 1e-9 for r in records), nodes
+
+    count, nodes = pulls("tangram")
+    assert count == 8  # each trajectory's first action, while the two images are pulled
+    assert nodes["t"].isdisjoint(nodes["u"])
+    assert pulls("tangram-no-affinity")[0] > 24
+
+
 def test_partitioned_keeps_each_task_on_its_share() -> None:
     raw = _workload()
     raw["pool"][0].update(count=2, capacity={"cpu": 4})
