@@ -39,8 +39,14 @@ def aggregate(results: list[SimResult]) -> dict[str, Any]:
         values = [s[key][kind] if kind else s[key] for s in summaries]
         return sum(values) / len(values)
 
+    tenants: dict[str, tuple[float, int]] = {}
+    for result in results:
+        for tenant, (total, count) in result.tenant_acts.items():
+            was_total, was_count = tenants.get(tenant, (0.0, 0))
+            tenants[tenant] = (was_total + total, was_count + count)
     return {
         "mean_act_s": sum(acts) / len(acts) if acts else 0.0,
+        "mean_act_by_tenant_s": {t: total / count for t, (total, count) in sorted(tenants.items())},
         "p50_act_s": quantile(acts, 0.50),
         "p95_act_s": quantile(acts, 0.95),
         "p99_act_s": quantile(acts, 0.99),
@@ -214,6 +220,14 @@ def table(report: dict[str, Any]) -> str:
             f"{m['p99_act_s']:>9.2f}{m['mean_step_s']:>9.1f}{m['utilisation']:>7.2f}  "
             f"{_hours(m['resource_hours'])}"
         )
+    tenants = sorted({t for m in policies.values() for t in m["mean_act_by_tenant_s"]})
+    if len(tenants) > 1:  # who gains and who pays: quotas trade one tenant's wait for another's
+        lines += ["", f"{'mean ACT by tenant':<24}" + "".join(f"{t:>14}" for t in tenants)]
+        for name, m in policies.items():
+            by_tenant = m["mean_act_by_tenant_s"]
+            lines.append(
+                f"{name:<24}" + "".join(f"{by_tenant.get(t, 0.0):>14.2f}" for t in tenants)
+            )
     if report["ratios"]:
         lines += ["", f"{'ratio (baseline / tangram)':<34}{'ACT':>8}{'worst seed':>12}"]
         lines[-1] += f"{'step':>8}{'worst seed':>12}"

@@ -249,6 +249,8 @@ class SimResult:
     busy: dict[str, float]
     rounds: int
     records: list[ActionRecord] = field(default_factory=list)
+    #: Per tenant, the sum of its actions' ACTs and their count.
+    tenant_acts: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         acts = sorted(self.acts)
@@ -325,6 +327,7 @@ class Simulation:
         self.usage: dict[str, dict[str, float]] = {}
         self.stats: dict[tuple[str, str], DurationStat] = {}
         self.acts: list[float] = []
+        self.tenant_acts: dict[str, tuple[float, int]] = {}
         self.steps: list[float] = []
         self.busy: dict[str, float] = {}
         self.rounds = 0
@@ -455,6 +458,7 @@ class Simulation:
             workload=self.workload.name,
             seed=self.workload.seed,
             acts=self.acts,
+            tenant_acts=self.tenant_acts,
             steps=self.steps,
             makespan_s=self._makespan,
             capacity=self.capacity,
@@ -907,7 +911,10 @@ class Simulation:
         in_lease = action.allocation == {} and not action.is_lease
         if not in_lease:
             self._release(action)
-        self.acts.append(self.now - action.origin)
+        act = self.now - action.origin
+        self.acts.append(act)
+        total, count = self.tenant_acts.get(action.tenant, (0.0, 0))
+        self.tenant_acts[action.tenant] = (total + act, count + 1)
         key = (action.tenant, action.type.id)
         self.stats[key] = stat_update(
             self.stats.get(key),

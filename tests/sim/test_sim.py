@@ -421,6 +421,31 @@ def test_the_bench_prints_json_for_every_policy() -> None:
     assert report["ratios"]["tangram_vs_fifo"]["mean_act"] > 1.0
 
 
+def test_the_bench_gives_each_tenant_its_mean_act() -> None:
+    """Pooled and per tenant from the same actions: the tenants' means, weighted by
+    their actions, give the pooled mean; the table prints a row of them per policy."""
+    from bench.policy import aggregate, table
+
+    workload = load_workload(WORKLOADS / "protect.yaml")
+    results = [simulate(workload.with_seed(seed), "fifo") for seed in (1, 2)]
+    metrics = aggregate(results)
+    by_tenant = metrics["mean_act_by_tenant_s"]
+    assert set(by_tenant) == {"team-big", "team-small"}
+    counts = {t: sum(r.tenant_acts[t][1] for r in results) for t in by_tenant}
+    pooled = sum(by_tenant[t] * counts[t] for t in by_tenant) / sum(counts.values())
+    assert pooled == pytest.approx(metrics["mean_act_s"])
+    assert by_tenant["team-big"] > by_tenant["team-small"]  # 8-core ~30 s jobs, ~4 s calls
+    report = {"workload": "protect", "seeds": [1, 2], "policies": {"fifo": metrics}}
+    lines = table({**report, "ratios": {}, "wall_s": 0.0}).splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("mean ACT by tenant")))
+    assert lines[header].split()[-2:] == ["team-big", "team-small"]
+    assert lines[header + 1].split() == [
+        "fifo",
+        f"{by_tenant['team-big']:.2f}",
+        f"{by_tenant['team-small']:.2f}",
+    ]
+
+
 def test_a_run_that_gets_stuck_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Static's sandbox counts against the tenant's 1-core limit while its reward,
     which needs a core too, waits: the bench names the action, tenant and limit."""
