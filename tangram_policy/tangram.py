@@ -538,8 +538,8 @@ class _Round:
                     self.reserved_from_borrowers.add(kind)
                 return False
             warmed = False
-            if head.affinity:
-                pool.set_up_warm(found[1], head.affinity)
+            if keeping:
+                pool.set_up_warm(found[1], keeping)
         else:
             # Warm with the class's affinity, which is the action's (unless a batch group's).
             warmed = not cls.batched
