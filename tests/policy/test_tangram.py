@@ -103,10 +103,10 @@ def test_a_warm_node_is_preferred_and_cold_is_the_fallback() -> None:
     assert fallback.placements[0].node_id == "cold"
 
 
-def test_a_cold_placement_waits_rather_than_evict_until_it_has_waited_its_setup() -> None:
+def test_a_cold_placement_waits_rather_than_evict_until_it_starves() -> None:
     """Nodes keep two images; ``image:x`` is on a full node. A node with a free slot
     takes the action at once; one whose slots are taken (its images in use) does
-    not, until the action has waited as long as the pull would take (ski rental)."""
+    not, until the action starves (waits starvation_s)."""
     x = frozenset({"image:x"})
     full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x, warm_slots=2)
     taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
@@ -121,7 +121,8 @@ def test_a_cold_placement_waits_rather_than_evict_until_it_has_waited_its_setup(
     # Best fit would pick "taken" (less room): the free slot wins.
     assert placed([full_of_x, taken, free_slot], 100.0, {"image:x": 1}) == ["free-slot"]
     assert placed([full_of_x, taken], 100.0, {"image:x": 1}) == []  # it waits for room on x
-    assert placed([full_of_x, taken], 120.0, {"image:x": 1}) == ["taken"]  # waited 30 s
+    assert placed([full_of_x, taken], 90.0 + 299.0, {"image:x": 1}) == []
+    assert placed([full_of_x, taken], 90.0 + 300.0, {"image:x": 1}) == ["taken"]  # starving
     # Held by a full node the snapshot leaves out: Snapshot.warm_nodes says so.
     assert placed([taken], 100.0, {"image:x": 1}) == []
     # Held nowhere: waiting brings no warm room, so it is set up at once.
