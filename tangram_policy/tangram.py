@@ -20,18 +20,17 @@ One round, from a snapshot, in five passes:
    round takes that kind, so the capacity comes back to it as actions finish.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
-   keys, a cold node with a free slot for the action's keys: rather than
-   evict a key in use (thrashing), it waits for room on a node that holds
-   its keys, until it starves;
-   multi-GPU actions inside one interconnect group; while nobody waits for
-   its unit kind, an elastic action goes instead to the fitting node with the
-   most room, since its extra units must come from its own node. Then the
-   room left over goes, by largest expected seconds saved (Amdahl), to extra
-   units of placed elastic actions and of running ones whose units can
-   change (cores: ``Decision.resizes`` grows them), but only for kinds
-   nobody is waiting on, keeping a headroom, and
-   only while each unit cuts enough of the action's time for the current
-   load (EARL's rule: ``min_gain x load / (1 - load)``). The headroom is for
+   keys, a cold node with a free slot for the action's keys (rather than
+   evict a key in use, thrashing, it waits for room on a node that holds its
+   keys until it starves); multi-GPU actions inside one interconnect group;
+   while nobody waits for its unit kind, an elastic action goes instead to
+   the fitting node with the most room, since its extra units must come from
+   its own node. Then the room left over goes, by largest expected seconds
+   saved (Amdahl), to extra units of placed elastic actions and of running
+   ones whose units can change (cores: ``Decision.resizes`` grows them), but
+   only for kinds nobody is waiting on, keeping a headroom, and only while
+   each unit cuts enough of the action's time for the current load (EARL's
+   rule: ``min_gain x load / (1 - load)``). The headroom is for
    arrivals, so it does not apply to units the round takes back when others
    need them (cores, with pass 5 on); the load rule, which weighs a unit's
    worth against what it costs the pool, does, except for running actions:

@@ -217,7 +217,7 @@ class Snapshot:
     resizable: tuple[Resizable, ...] = ()
     #: Per warm key, how many nodes hold it, listed in ``nodes`` or not (full
     #: ones): an action whose keys a full node holds may wait for its room
-    #: rather than evict them elsewhere. Empty: only listed nodes are known.
+    #: rather than evict another key elsewhere. Empty: only listed nodes are known.
     warm_nodes: Mapping[str, int] = field(default_factory=dict)
 
 
