@@ -421,7 +421,13 @@ class Simulation:
 
     def _wake(self) -> None:
         interval = self.workload.round_interval_s
-        at = self.now if interval <= 0 else math.ceil(self.now / interval - 1e-9) * interval
+        # The next boundary; a time a hair past one (float error) gets its round
+        # at once, never at that boundary, which is in the past.
+        at = (
+            self.now
+            if interval <= 0
+            else max(math.ceil(self.now / interval - 1e-9) * interval, self.now)
+        )
         if self._round_at is None or at < self._round_at:
             self._round_at = at
             self._push(at, _ROUND, at)

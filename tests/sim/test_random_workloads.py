@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tangram_sim.sim import BASELINES, Simulation
+from tangram_sim.sim import BASELINES, PolicyError, Simulation
 from tangram_sim.workload import workload_from_dict
 
 POLICIES = (*BASELINES, "fifo", "tangram", "tangram-no-elastic", "tangram-no-batching")
@@ -169,15 +169,77 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def _sandbox(demand: int, binding: str, duration_s: float = 1.0) -> dict[str, Any]:
+    return {
+        "executor": "sandbox",
+        "demand": {"cpu": demand, "memory": 1024},
+        "duration_s": duration_s,
+        "binding": binding,
+    }
+
+
+#: Found by the deep fuzz: t1 keeps its one guaranteed core unlent, t0's five
+#: trajectories hold sandboxes on 5 of the 6 cores, task1's 2-core reward waits.
+STATIC_DEADLOCK: dict[str, Any] = {
+    "name": "random",
+    "pool": [{"name": "cpu", "capacity": {"cpu": 6, "memory": 65536}, "executors": ["sandbox"]}],
+    "tenants": [
+        {"name": "t0", "guaranteed": {"cpu": 0.0}},
+        {"name": "t1", "guaranteed": {"cpu": 1.0}, "lending_limit": {"cpu": 0.0}},
+    ],
+    "tasks": [
+        {
+            "name": "task0",
+            "tenant": "t0",
+            "steps": 1,
+            "trajectories": 1,
+            "turns": 0,
+            "think_s": 1.0,
+            "train_s": 0,
+            "actions": [],
+            "reward": {"type": "check", **_sandbox(1, "trajectory")},
+        },
+        {
+            "name": "task1",
+            "tenant": "t0",
+            "steps": 1,
+            "trajectories": 4,
+            "turns": 1,
+            "think_s": 1.0,
+            "train_s": 0,
+            "actions": [{"type": "a0", **_sandbox(1, "trajectory", 2.0)}],
+            "reward": {"type": "check", **_sandbox(2, "task")},
+        },
+    ],
+}
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@example(raw=STATIC_DEADLOCK)
 @given(raw=workloads())
 def test_every_policy_finishes_every_action_of_a_random_workload(raw: dict[str, Any]) -> None:
     workload = workload_from_dict(raw)
     steps = sum(task.steps for task in workload.tasks)
     finished: dict[str, int] = {}
+    lending = any("lending_limit" in tenant for tenant in raw["tenants"])
     for policy in POLICIES:
         simulation = Simulation(workload, policy, keep_records=True)
-        result = simulation.run()  # a stuck run raises PolicyError, naming the action
+        try:
+            result = simulation.run()  # a stuck run raises PolicyError, naming the action
+        except PolicyError as error:
+            # Static holds each trajectory's sandbox to its end. Where another
+            # tenant keeps part of its guarantee unlent, the held sandboxes can
+            # fill all the room their tenant may take while their trajectories
+            # wait on task-bound work: a deadlock of static provisioning itself
+            # (the bench reports it so), gone without the lending limit.
+            if policy == "static" and lending and "nothing else is left to finish" in str(error):
+                tenants = [
+                    {k: v for k, v in tenant.items() if k != "lending_limit"}
+                    for tenant in raw["tenants"]
+                ]
+                Simulation(workload_from_dict({**raw, "tenants": tenants}), policy).run()
+                continue
+            raise
         assert len(result.steps) == steps, policy
         ids = [record.id for record in result.records]
         assert len(ids) == len(set(ids)), policy
