@@ -180,7 +180,6 @@ class Pool:
         self.evicting = any(node.warm_slots for node in snapshot.nodes)
         #: Per node, the warm keys this round's placements set up there (a slot each).
         self.set_up: dict[str, set[str]] = {}
-        self.set_up_keys: set[str] = set()
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         #: Tenants that lend less than all of some guarantee (a lending limit below it).
         self._bounded_lenders = [
@@ -490,7 +489,6 @@ class Pool:
         """Note that a placement sets ``keys`` up on ``node_id`` (a pull, a model load)."""
         if self.nodes[node_id].warm_slots:
             self.set_up.setdefault(node_id, set()).update(keys)
-            self.set_up_keys |= keys
 
     def evicts(self, node_id: str, keys: frozenset[str]) -> bool:
         """Whether setting ``keys`` up on ``node_id`` takes it past its warm slots."""

@@ -580,10 +580,10 @@ class _Round:
         """
         if waited_s >= self.config.starvation_s:
             return False
-        pool = self.pool
-        held = pool.warm_nodes
+        held = self.pool.warm_nodes
+        set_up = self.pool.set_up.values()
         return warm_listed or all(
-            held.get(key, 0) > 0 or key in pool.set_up_keys for key in head.affinity
+            held.get(key, 0) > 0 or any(key in keys for keys in set_up) for key in head.affinity
         )
 
     def _setup_s(self, action: PendingAction, node_id: str) -> float:
