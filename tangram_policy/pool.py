@@ -16,6 +16,7 @@ that keep it sorted compare ints, not tuples.
 
 from __future__ import annotations
 
+import math
 import struct
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sized
@@ -36,6 +37,7 @@ Plan = tuple[tuple[tuple[str, float, float], ...], float]
 #: What a tenant's guarantee or limit bounds of one demand: (kind, amount, ceiling).
 Caps = tuple[tuple[str, float, float], ...]
 _NO_USAGE: Mapping[str, float] = {}
+_NO_KEYS: frozenset[str] = frozenset()
 
 
 _DOUBLE = struct.Struct("<d")
@@ -146,7 +148,9 @@ class _Listing:
 
 
 class Pool:
-    def __init__(self, snapshot: Snapshot, *, topology: bool = True) -> None:
+    def __init__(
+        self, snapshot: Snapshot, *, topology: bool = True, idle_key_s: float = math.inf
+    ) -> None:
         self.topology = topology
         #: Per executor type, the nodes offering it; per (those nodes, affinity),
         #: the ones warm with it (nodes by the id of their one shared tuple).
@@ -180,6 +184,9 @@ class Pool:
         self.evicting = any(node.warm_slots for node in snapshot.nodes)
         #: Per node, the warm keys this round's placements set up there (a slot each).
         self.set_up: dict[str, set[str]] = {}
+        #: Warm keys no action has started with since then (``idle_key_s``) are idle.
+        self._idle_before = snapshot.now - idle_key_s
+        self._warm_used_at = snapshot.warm_used_at
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         #: Tenants that lend less than all of some guarantee (a lending limit below it).
         self._bounded_lenders = [
@@ -491,12 +498,25 @@ class Pool:
             self.set_up.setdefault(node_id, set()).update(keys)
 
     def evicts(self, node_id: str, keys: frozenset[str]) -> bool:
-        """Whether setting ``keys`` up on ``node_id`` takes it past its warm slots."""
+        """Whether setting ``keys`` up on ``node_id`` evicts a key in use.
+
+        Past its warm slots the node evicts its least recently used keys. Where
+        it holds at least as many idle keys (``idle_key_s`` unused anywhere), it
+        has used the ones it evicts no more recently than those: it serves none.
+        """
         node = self.nodes[node_id]
         if not node.warm_slots:
             return False
-        held = node.warm | keys | self.set_up.get(node_id, frozenset())
-        return len(held) > node.warm_slots
+        set_up = self.set_up.get(node_id, _NO_KEYS)
+        over = len(node.warm | keys | set_up) - node.warm_slots
+        if over <= 0:
+            return False
+        used_at = self._warm_used_at
+        idle_before = self._idle_before
+        idle = [
+            key for key in node.warm - keys - set_up if used_at.get(key, math.inf) <= idle_before
+        ]
+        return len(idle) < over
 
     def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:
         """``count`` free GPU ids, inside one group when topology counts (best-fit group).

@@ -303,7 +303,7 @@ class TangramPolicy:
         time and nothing to collect.
         """
         config = self.config
-        pool = Pool(snapshot, topology=config.topology)
+        pool = Pool(snapshot, topology=config.topology, idle_key_s=config.starvation_s)
         round_ = _Round(pool, config, snapshot.now)
         classes = self._classes(snapshot, pool)
         round_.place(classes)

@@ -338,6 +338,8 @@ class Simulation:
         self._partial: set[str] = set()
         #: Per warm key, the nodes that hold it (``Snapshot.warm_nodes``).
         self._warm_nodes: dict[str, int] = {}
+        #: Per warm key, when an action last started with it (``Snapshot.warm_used_at``).
+        self._warm_used_at: dict[str, float] = {}
         self._idle: dict[str, list[tuple[int, str]]] = {}
         self._idle_warm: dict[str, list[tuple[int, str]]] = {}
         self._groups_of_type: dict[str, set[str]] = {}
@@ -624,6 +626,7 @@ class Simulation:
             capacity=self.capacity,
             resizable=resizable,
             warm_nodes=self._warm_nodes,
+            warm_used_at=self._warm_used_at,
         )
         decision = self.policy.decide(snapshot)
         for resize in decision.resizes:
@@ -780,6 +783,7 @@ class Simulation:
                 self._warm_nodes[key] = self._warm_nodes.get(key, 0) + 1
             node.warm[key] = ready
             node.warm.move_to_end(key)
+            self._warm_used_at[key] = now
             while len(node.warm) > node.warm_slots:
                 evicted, _ = node.warm.popitem(last=False)
                 self._warm_nodes[evicted] -= 1

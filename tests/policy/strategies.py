@@ -164,4 +164,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         resizable=tuple(resizable),
         # Keys held by nodes listed or not (full ones).
         warm_nodes={key: draw(st.integers(0, 2)) for key in WARM_KEYS},
+        warm_used_at={
+            key: draw(st.floats(-200.0, 200.0)) for key in WARM_KEYS if draw(st.booleans())
+        },
     )

@@ -135,6 +135,36 @@ def test_a_cold_placement_waits_rather_than_evict_until_it_starves() -> None:
     assert [p.node_id for p in no_affinity.decide(snapshot).placements] == ["taken"]
 
 
+def test_a_cold_placement_evicts_a_key_nobody_has_used_for_the_starvation_time() -> None:
+    """``taken`` holds images y and z; y has not started an action anywhere for
+    starvation_s (300 s), so setting x up there evicts y (least recently used
+    there too) and spares every user: the action goes at once."""
+    x = frozenset({"image:x"})
+    full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x, warm_slots=2)
+    taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
+    action = _action("a", affinity=x, setup_s=30.0, submitted_at=990.0)
+    policy = get_policy("tangram")
+
+    def placed(used_at: dict[str, float]) -> list[str]:
+        snapshot = replace(
+            _snapshot([full_of_x, taken], [action], now=1000.0),
+            warm_nodes={"image:x": 1, "image:y": 1, "image:z": 1},
+            warm_used_at=used_at,
+        )
+        return [p.node_id for p in policy.decide(snapshot).placements]
+
+    assert placed({"image:x": 999.0, "image:y": 700.0, "image:z": 999.0}) == ["taken"]
+    assert placed({"image:x": 999.0, "image:y": 701.0, "image:z": 999.0}) == []  # in use
+    assert placed({}) == []  # unknown: every key counts as in use
+    two = _action("b", affinity=x | {"image:w"}, setup_s=30.0, submitted_at=990.0)
+    snapshot = replace(
+        _snapshot([full_of_x, taken], [two], now=1000.0),
+        warm_nodes={"image:x": 1, "image:w": 1},
+        warm_used_at={"image:y": 0.0, "image:z": 999.0},
+    )
+    assert policy.decide(snapshot).placements == ()  # two keys evict two, z is in use
+
+
 def test_one_round_counts_the_slots_its_own_cold_placements_take() -> None:
     """Two actions with different images and one free slot on the only node with
     room: the first takes the slot, the second waits rather than evict it."""
