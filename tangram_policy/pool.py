@@ -187,6 +187,14 @@ class Pool:
         #: Warm keys no action has started with since then (``idle_key_s``) are idle.
         self._idle_before = snapshot.now - idle_key_s
         self._warm_used_at = snapshot.warm_used_at
+        #: Per warm key, when the oldest pending action that needs it was submitted.
+        self.wanted_since: dict[str, float] = {}
+        if self.evicting:
+            wanted_since = self.wanted_since
+            for action in snapshot.pending:
+                for key in action.affinity:
+                    if action.submitted_at < wanted_since.get(key, math.inf):
+                        wanted_since[key] = action.submitted_at
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         #: Tenants that lend less than all of some guarantee (a lending limit below it).
         self._bounded_lenders = [

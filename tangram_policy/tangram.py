@@ -60,7 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from tangram_policy.estimate import duration_at, expected_duration, expected_work, type_priors
-from tangram_policy.pool import _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
+from tangram_policy.pool import _NO_KEYS, _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
     EPSILON,
     RESIZABLE_KINDS,
@@ -73,6 +73,10 @@ from tangram_policy.types import (
     Resources,
     Snapshot,
 )
+
+#: An action that has waited its setup time may evict keys whose oldest waiting
+#: action has waited less than this fraction as long (``_Round._waits``).
+EVICT_WAIT_RATIO = 0.25
 
 _PlacementMaker = Callable[[str, str, Resources, int, str | None, tuple[str, ...]], Placement]
 
@@ -525,7 +529,9 @@ class _Round:
             found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping)
             if found is None and keeping:  # room, if any, only where its setup evicts a key
                 found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
-                if found is not None and self._waits(head, self.now - entry[4], warm_listed):
+                if found is not None and self._waits(
+                    head, self.now - entry[4], warm_listed, found[1]
+                ):
                     return False
             if found is None:
                 self.no_room.add(cls.shape)
@@ -564,22 +570,34 @@ class _Round:
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
 
-    def _waits(self, head: PendingAction, waited_s: float, warm_listed: bool) -> bool:
-        """Whether ``head``, with room only where setting its keys up evicts others,
-        waits for room on a node that holds them instead.
+    def _waits(self, head: PendingAction, waited_s: float, warm_listed: bool, node_id: str) -> bool:
+        """Whether ``head``, with room only where setting its keys up evicts others
+        (best fit: ``node_id``), waits for room on a node that holds them instead.
 
         A cold placement goes to a node with free warm slots where there is
         one: evicting a key in use sends the next action of that key cold
         too, and so on (thrashing). Where there is none, it waits while some
         node holds its keys (a full one: its room comes back as its actions
         end) or this round sets them up on one, until it starves
-        (``starvation_s``); then it goes where there is room. Waiting only as
-        long as its own setup (ski rental) was tried: on an overloaded pool
-        waits pass the setup time and the evictions thrash again (a terminal
-        variant: mean ACT 0.85x static's, 0.34x partitioned's).
+        (``starvation_s``); then it goes where there is room.
+
+        Sooner, once it has waited as long as its setup takes, where no action
+        wanting a key the node might evict has waited ``EVICT_WAIT_RATIO`` as
+        long: its keys are short of holders, those keys are not. The ratio
+        keeps an evicted key's actions from evicting back until they have
+        waited four times as long. Alone, the setup bound (ski rental)
+        thrashed an overloaded terminal variant (mean ACT 0.85x static's).
         """
         if waited_s >= self.config.starvation_s:
             return False
+        if waited_s >= head.setup_s:
+            pool = self.pool
+            evicted = pool.nodes[node_id].warm - head.affinity - pool.set_up.get(node_id, _NO_KEYS)
+            wanted_since = pool.wanted_since
+            now = self.now
+            bound = EVICT_WAIT_RATIO * waited_s
+            if all(now - wanted_since.get(key, now) < bound for key in evicted):
+                return False
         held = self.pool.warm_nodes
         set_up = self.pool.set_up.values()
         return warm_listed or all(

@@ -105,17 +105,23 @@ def test_a_warm_node_is_preferred_and_cold_is_the_fallback() -> None:
 
 def test_a_cold_placement_waits_rather_than_evict_until_it_starves() -> None:
     """Nodes keep two images; ``image:x`` is on a full node. A node with a free slot
-    takes the action at once; one whose slots are taken (its images in use) does
-    not, until the action starves (waits starvation_s)."""
+    takes the action at once; one whose slots are taken (its images in use, and
+    wanted by an action that waits as long) does not, until the action starves
+    (waits starvation_s)."""
     x = frozenset({"image:x"})
     full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x, warm_slots=2)
     taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
     free_slot = Node("free-slot", {"cpu": 8.0}, CPU, warm=frozenset({"image:y"}), warm_slots=2)
     action = _action("a", affinity=x, setup_s=30.0, submitted_at=90.0)
+    # Wants image:y and fits nowhere: y is wanted, so not evicted before starving.
+    wants_y = _action(
+        "w", affinity=frozenset({"image:y"}), demand={"cpu": 16.0}, submitted_at=100.0
+    )
     policy = get_policy("tangram")
 
     def placed(nodes: list[Node], now: float, warm_nodes: dict[str, int]) -> list[str]:
-        snapshot = replace(_snapshot(nodes, [action], now=now), warm_nodes=warm_nodes)
+        pending = [action, wants_y]
+        snapshot = replace(_snapshot(nodes, pending, now=now), warm_nodes=warm_nodes)
         return [p.node_id for p in policy.decide(snapshot).placements]
 
     # Best fit would pick "taken" (less room): the free slot wins.
@@ -133,6 +139,33 @@ def test_a_cold_placement_waits_rather_than_evict_until_it_starves() -> None:
     no_affinity = get_policy("tangram-no-affinity")
     snapshot = replace(_snapshot([full_of_x, taken], [action]), warm_nodes={"image:x": 1})
     assert [p.node_id for p in no_affinity.decide(snapshot).placements] == ["taken"]
+
+
+def test_a_cold_placement_that_waited_its_setup_evicts_keys_nobody_waits_as_long_for() -> None:
+    """Once the action has waited its setup time (30 s), it evicts where no action
+    wanting a key there has waited a quarter as long."""
+    x = frozenset({"image:x"})
+    full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x, warm_slots=2)
+    taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
+    policy = get_policy("tangram")
+
+    def placed(submitted_at: float, y_wanted_since: float | None) -> list[str]:
+        pending = [_action("a", affinity=x, setup_s=30.0, submitted_at=submitted_at)]
+        if y_wanted_since is not None:  # fits nowhere
+            wants_y = frozenset({"image:y"})
+            pending.append(
+                _action("w", affinity=wants_y, demand={"cpu": 16.0}, submitted_at=y_wanted_since)
+            )
+        snapshot = replace(
+            _snapshot([full_of_x, taken], pending, now=100.0),
+            warm_nodes={"image:x": 1, "image:y": 1, "image:z": 1},
+        )
+        return [p.node_id for p in policy.decide(snapshot).placements if p.action_id == "a"]
+
+    assert placed(60.0, None) == ["taken"]  # waited 40 s, y and z unwanted
+    assert placed(60.0, 95.0) == ["taken"]  # y wanted for 5 s, under 40 / 4
+    assert placed(60.0, 90.0) == []  # y wanted for 10 s: it waits
+    assert placed(80.0, None) == []  # waited 20 s, less than its setup
 
 
 def test_a_cold_placement_evicts_a_key_nobody_has_used_for_the_starvation_time() -> None:
