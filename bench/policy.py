@@ -4,11 +4,14 @@
     python -m bench.policy fixtures/workloads/mixed.yaml --seeds 1,2,3 --savings
     python -m bench.policy fixtures/workloads/mixed.yaml --format json
     python -m bench.policy fixtures/workloads/mixed.yaml --ablations
+    python -m bench.policy fixtures/workloads/longtail.yaml --hints 0.5
 
 Metrics pool all seeds' actions and steps; ``min_ratio`` columns are the worst
 seed, so a ratio that holds there holds on every seed. ``--savings`` bisects
 the pool scale (every node group by the same factor) for the smallest pool on
 which ``tangram``'s mean step time is at most ``static``'s on the full pool.
+``--hints CV`` has the clients hint every action's run time, off by a
+lognormal factor of mean 1 and that coefficient of variation (0: exact).
 """
 
 from __future__ import annotations
@@ -288,11 +291,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--savings", action="store_true")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument(
+        "--hints", type=float, metavar="CV", help="clients hint run times to within this cv"
+    )
+    parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel"
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     workload = parse_workload(parser, args.workload)
+    if args.hints is not None:
+        if args.hints < 0:
+            parser.error(f"--hints: expected a coefficient of variation >= 0, got {args.hints:g}")
+        workload = workload.with_hints(args.hints)
     seeds = parse_seeds(parser, args.seeds)
     names = [p for p in args.policies.split(",") if p]
     known = sorted({*BASELINES, *POLICIES})

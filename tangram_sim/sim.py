@@ -48,7 +48,7 @@ from tangram_policy.types import (
     Snapshot,
 )
 from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
-from tangram_sim.workload import ActionType, Task, Workload
+from tangram_sim.workload import ActionType, Dist, Task, Workload
 
 BASELINES = ("static", "partitioned")
 #: Above this many nodes with room, a round sees only the nodes it could use.
@@ -584,9 +584,23 @@ class Simulation:
             batch_key=t.id if t.batch_limit > 1 else None,
             batch_limit=t.batch_limit,
             setup_s=t.setup_s,
+            duration_hint_s=self._hint(action),
         )
         self.pending[action.id] = action
         self._wake()
+
+    def _hint(self, action: _Action) -> float | None:
+        """The client's hint of ``action``'s run time, where its type has one: the same
+        under every policy (drawn from the trajectory, the turn and the type)."""
+        cv = action.type.hint_cv
+        trajectory = action.trajectory
+        if cv is None or trajectory is None or action.is_lease:
+            return None
+        if cv == 0:
+            return action.base_s
+        key = f"{self.workload.seed}:{trajectory.task.task.name}:{trajectory.step}:"
+        rng = random.Random(f"{key}{trajectory.index}:{trajectory.turn}:{action.type.id}:hint")
+        return action.base_s * Dist("lognormal", mean=1.0, cv=cv).sample(rng)
 
     def _round(self) -> None:
         if not self.pending and not self._resizable:

@@ -81,6 +81,9 @@ class ActionType:
     #: Run time x this when its GPUs span interconnect groups (tensor-parallel
     #: traffic over PCIe/the host instead of NVLink); 1: placement does not matter.
     split_gpus_slowdown: float = 1.0
+    #: Clients hint each action's run time at min units, off by a lognormal
+    #: factor with mean 1 and this coefficient of variation (0: exact); None: no hint.
+    hint_cv: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,23 @@ class Workload:
     def scaled(self, factor: float) -> Workload:
         """The same workload on ``factor`` times the pool: whole nodes, then one partial node."""
         return replace(self, pool=tuple(replace(g, count=g.count * factor) for g in self.pool))
+
+    def with_hints(self, cv: float) -> Workload:
+        """The same workload with every action type's run time hinted by its clients
+        to within ``cv`` (``ActionType.hint_cv``)."""
+
+        def hinted(action: ActionType) -> ActionType:
+            return replace(action, hint_cv=cv)
+
+        tasks = tuple(
+            replace(
+                task,
+                actions=tuple(hinted(a) for a in task.actions),
+                reward=hinted(task.reward) if task.reward is not None else None,
+            )
+            for task in self.tasks
+        )
+        return replace(self, tasks=tasks)
 
     def action_types(self) -> dict[str, ActionType]:
         out: dict[str, ActionType] = {}
@@ -179,6 +199,7 @@ def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
         batch_marginal=float(batch.get("marginal", 1.0)),
         priority=int(raw.get("priority", 0)),
         split_gpus_slowdown=float(raw.get("split_gpus_slowdown", 1.0)),
+        hint_cv=float(raw["hint_cv"]) if "hint_cv" in raw else None,
     )
 
 

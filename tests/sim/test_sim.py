@@ -351,6 +351,67 @@ class _Placer:
         )
 
 
+class _HintsSeen:
+    """fifo's decisions, noting the hint of every action it sees queued."""
+
+    name = "hints-seen"
+
+    def __init__(self) -> None:
+        from tangram_policy.fifo import FifoPolicy
+
+        self.inner = FifoPolicy()
+        self.hints: dict[str, float | None] = {}
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        for action in snapshot.pending:
+            self.hints[action.id] = action.duration_hint_s
+        return self.inner.decide(snapshot)
+
+
+def _hints(raw: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, float]]:
+    """The hints a policy saw per action id, and each action's run time at min units."""
+    policy = _HintsSeen()
+    result = Simulation(workload_from_dict(raw), policy, keep_records=True).run()
+    return policy.hints, {record.id: record.base_s for record in result.records}
+
+
+def test_clients_hint_run_times_only_where_the_workload_says_so() -> None:
+    raw = _workload()
+    raw["tasks"][0]["trajectories"] = 4
+    action = raw["tasks"][0]["actions"][0]
+    action["duration_s"] = {"dist": "lognormal", "mean": 5, "cv": 1.0}
+    hints, _ = _hints(raw)
+    assert len(hints) == 8 and set(hints.values()) == {None}
+    action["hint_cv"] = 0
+    hints, runs = _hints(raw)
+    assert hints == runs and len(set(runs.values())) == 8  # exact, and each its own
+    action["hint_cv"] = 0.5
+    noisy, again = _hints(raw)
+    assert again == runs
+    assert all(noisy[a] != runs[a] for a in runs)  # off by a factor drawn per action
+    assert noisy == _hints(raw)[0]  # the same hints on every run
+    hinted = workload_from_dict(_workload()).with_hints(0.25)
+    assert {a.hint_cv for a in hinted.action_types().values()} == {0.25}
+
+
+def test_the_bench_takes_hints_and_refuses_a_negative_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.policy import main
+
+    path = str(WORKLOADS / "swe.yaml")
+    runs = {}
+    for hints in ([], ["--hints", "0"]):
+        assert main([path, "--format", "json", "--policies", "fifo,tangram", *hints]) == 0
+        runs[bool(hints)] = json.loads(capsys.readouterr().out)["policies"]
+    assert runs[True]["fifo"] == runs[False]["fifo"]  # fifo reads no hint
+    assert runs[True]["tangram"]["mean_act_s"] != runs[False]["tangram"]["mean_act_s"]
+    with pytest.raises(SystemExit) as refused:
+        main([path, "--hints", "-1"])
+    assert refused.value.code == 2
+    assert "--hints: expected a coefficient of variation >= 0, got -1" in capsys.readouterr().err
+
+
 def test_gpus_split_across_interconnect_groups_run_slower() -> None:
     """4 GPUs in two NVLink pairs; a 2-GPU call of 4 s runs 2.5x as long across pairs."""
     raw = _workload(

@@ -133,6 +133,11 @@ BROKEN: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
         "tasks[0].turns: none and no reward, so it runs no action",
     ),
     ("no pool", lambda raw: raw.pop("pool"), "workload: 'pool' is a required property"),
+    (
+        "a negative hint error",
+        lambda raw: _action(raw).update(hint_cv=-0.5),
+        "tasks[0].actions[0].hint_cv: -0.5 is less than the minimum of 0",
+    ),
 ]
 
 
