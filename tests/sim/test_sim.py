@@ -254,6 +254,12 @@ def test_tangram_keeps_each_image_on_a_node_that_holds_it_when_nodes_keep_one() 
             for key in node.warm:
                 held[key] = held.get(key, 0) + 1
         assert sim._warm_nodes == held  # what Snapshot.warm_nodes says, kept as keys come and go
+        image = {"t": "image:x", "u": "image:y"}
+        last: dict[str, float] = {}
+        for record in records:
+            key = image[record.type.split(".")[0]]
+            last[key] = max(last.get(key, 0.0), record.started)
+        assert sim._warm_used_at == last  # Snapshot.warm_used_at: each key's last start
         nodes: dict[str, set[str]] = {}
         for record in records:
             nodes.setdefault(record.type.split(".")[0], set()).add(record.node)
