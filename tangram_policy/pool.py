@@ -21,6 +21,7 @@ import struct
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sized
 from dataclasses import replace
+from functools import cached_property
 
 from tangram_policy.types import EPSILON, Node, Resources, RunningAction, Snapshot, TenantQuota
 
@@ -187,14 +188,7 @@ class Pool:
         #: Warm keys no action has started with since then (``idle_key_s``) are idle.
         self._idle_before = snapshot.now - idle_key_s
         self._warm_used_at = snapshot.warm_used_at
-        #: Per warm key, when the oldest pending action that needs it was submitted.
-        self.wanted_since: dict[str, float] = {}
-        if self.evicting:
-            wanted_since = self.wanted_since
-            for action in snapshot.pending:
-                for key in action.affinity:
-                    if action.submitted_at < wanted_since.get(key, math.inf):
-                        wanted_since[key] = action.submitted_at
+        self._pending = snapshot.pending
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         #: Tenants that lend less than all of some guarantee (a lending limit below it).
         self._bounded_lenders = [
@@ -504,6 +498,17 @@ class Pool:
         """Note that a placement sets ``keys`` up on ``node_id`` (a pull, a model load)."""
         if self.nodes[node_id].warm_slots:
             self.set_up.setdefault(node_id, set()).update(keys)
+
+    @cached_property
+    def wanted_since(self) -> dict[str, float]:
+        """Per warm key, when the oldest pending action that needs it was submitted
+        (worked out when a round first asks: few do)."""
+        wanted_since: dict[str, float] = {}
+        for action in self._pending:
+            for key in action.affinity:
+                if action.submitted_at < wanted_since.get(key, math.inf):
+                    wanted_since[key] = action.submitted_at
+        return wanted_since
 
     def evicts(self, node_id: str, keys: frozenset[str]) -> bool:
         """Whether setting ``keys`` up on ``node_id`` evicts a key in use.
