@@ -149,9 +149,7 @@ class _Listing:
 
 
 class Pool:
-    def __init__(
-        self, snapshot: Snapshot, *, topology: bool = True, idle_key_s: float = math.inf
-    ) -> None:
+    def __init__(self, snapshot: Snapshot, *, topology: bool = True) -> None:
         self.topology = topology
         #: Per executor type, the nodes offering it; per (those nodes, affinity),
         #: the ones warm with it (nodes by the id of their one shared tuple).
@@ -185,9 +183,7 @@ class Pool:
         self.evicting = any(node.warm_slots for node in snapshot.nodes)
         #: Per node, the warm keys this round's placements set up there (a slot each).
         self.set_up: dict[str, set[str]] = {}
-        #: Warm keys no action has started with since then (``idle_key_s``) are idle.
-        self._idle_before = snapshot.now - idle_key_s
-        self._warm_used_at = snapshot.warm_used_at
+        self.warm_used_at: Mapping[str, float] = snapshot.warm_used_at
         self._pending = snapshot.pending
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
         #: Tenants that lend less than all of some guarantee (a lending limit below it).
@@ -511,25 +507,16 @@ class Pool:
         return wanted_since
 
     def evicts(self, node_id: str, keys: frozenset[str]) -> bool:
-        """Whether setting ``keys`` up on ``node_id`` evicts a key in use.
+        """Whether setting ``keys`` up on ``node_id`` takes it past its warm slots."""
+        return self.evicted_count(node_id, keys) > 0
 
-        Past its warm slots the node evicts its least recently used keys. Where
-        it holds at least as many idle keys (``idle_key_s`` unused anywhere), it
-        has used the ones it evicts no more recently than those: it serves none.
-        """
+    def evicted_count(self, node_id: str, keys: frozenset[str]) -> int:
+        """How many keys setting ``keys`` up on ``node_id`` evicts (least recently used)."""
         node = self.nodes[node_id]
         if not node.warm_slots:
-            return False
-        set_up = self.set_up.get(node_id, _NO_KEYS)
-        over = len(node.warm | keys | set_up) - node.warm_slots
-        if over <= 0:
-            return False
-        used_at = self._warm_used_at
-        idle_before = self._idle_before
-        idle = [
-            key for key in node.warm - keys - set_up if used_at.get(key, math.inf) <= idle_before
-        ]
-        return len(idle) < over
+            return 0
+        held = node.warm | keys | self.set_up.get(node_id, _NO_KEYS)
+        return max(len(held) - node.warm_slots, 0)
 
     def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:
         """``count`` free GPU ids, inside one group when topology counts (best-fit group).

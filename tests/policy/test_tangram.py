@@ -141,16 +141,22 @@ def test_a_cold_placement_waits_rather_than_evict_until_it_starves() -> None:
     assert [p.node_id for p in no_affinity.decide(snapshot).placements] == ["taken"]
 
 
-def test_a_cold_placement_that_waited_its_setup_evicts_keys_nobody_waits_as_long_for() -> None:
-    """Once the action has waited its setup time (30 s), it evicts where no action
-    wanting a key there has waited a quarter as long."""
+def test_a_cold_placement_that_waited_its_setup_evicts_keys_idle_for_a_quarter_as_long() -> None:
+    """Once the action has waited its setup time (30 s), it evicts on a node holding
+    enough keys that no action has started with, and none has waited for, during a
+    quarter of its wait."""
     x = frozenset({"image:x"})
     full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x, warm_slots=2)
     taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
     policy = get_policy("tangram")
 
-    def placed(submitted_at: float, y_wanted_since: float | None) -> list[str]:
-        pending = [_action("a", affinity=x, setup_s=30.0, submitted_at=submitted_at)]
+    def placed(
+        submitted_at: float,
+        used_at: dict[str, float],
+        y_wanted_since: float | None = None,
+        affinity: frozenset[str] = x,
+    ) -> list[str]:
+        pending = [_action("a", affinity=affinity, setup_s=30.0, submitted_at=submitted_at)]
         if y_wanted_since is not None:  # fits nowhere
             wants_y = frozenset({"image:y"})
             pending.append(
@@ -158,44 +164,22 @@ def test_a_cold_placement_that_waited_its_setup_evicts_keys_nobody_waits_as_long
             )
         snapshot = replace(
             _snapshot([full_of_x, taken], pending, now=100.0),
-            warm_nodes={"image:x": 1, "image:y": 1, "image:z": 1},
+            warm_nodes={"image:x": 1, "image:y": 1, "image:z": 1, "image:w": 1},
+            warm_used_at=used_at,
         )
         return [p.node_id for p in policy.decide(snapshot).placements if p.action_id == "a"]
 
-    assert placed(60.0, None) == ["taken"]  # waited 40 s, y and z unwanted
-    assert placed(60.0, 95.0) == ["taken"]  # y wanted for 5 s, under 40 / 4
-    assert placed(60.0, 90.0) == []  # y wanted for 10 s: it waits
-    assert placed(80.0, None) == []  # waited 20 s, less than its setup
-
-
-def test_a_cold_placement_evicts_a_key_nobody_has_used_for_the_starvation_time() -> None:
-    """``taken`` holds images y and z; y has not started an action anywhere for
-    starvation_s (300 s), so setting x up there evicts y (least recently used
-    there too) and spares every user: the action goes at once."""
-    x = frozenset({"image:x"})
-    full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x, warm_slots=2)
-    taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
-    action = _action("a", affinity=x, setup_s=30.0, submitted_at=990.0)
-    policy = get_policy("tangram")
-
-    def placed(used_at: dict[str, float]) -> list[str]:
-        snapshot = replace(
-            _snapshot([full_of_x, taken], [action], now=1000.0),
-            warm_nodes={"image:x": 1, "image:y": 1, "image:z": 1},
-            warm_used_at=used_at,
-        )
-        return [p.node_id for p in policy.decide(snapshot).placements]
-
-    assert placed({"image:x": 999.0, "image:y": 700.0, "image:z": 999.0}) == ["taken"]
-    assert placed({"image:x": 999.0, "image:y": 701.0, "image:z": 999.0}) == []  # in use
-    assert placed({}) == []  # unknown: every key counts as in use
-    two = _action("b", affinity=x | {"image:w"}, setup_s=30.0, submitted_at=990.0)
-    snapshot = replace(
-        _snapshot([full_of_x, taken], [two], now=1000.0),
-        warm_nodes={"image:x": 1, "image:w": 1},
-        warm_used_at={"image:y": 0.0, "image:z": 999.0},
-    )
-    assert policy.decide(snapshot).placements == ()  # two keys evict two, z is in use
+    # Waited 40 s: y, last used 10 s ago (a quarter of 40), is idle; z is in use.
+    assert placed(60.0, {"image:y": 90.0, "image:z": 99.0}) == ["taken"]
+    assert placed(60.0, {"image:y": 91.0, "image:z": 99.0}) == []  # y used 9 s ago
+    assert placed(60.0, {"image:y": 90.0, "image:z": 99.0}, y_wanted_since=95.0) == ["taken"]
+    assert placed(60.0, {"image:y": 90.0, "image:z": 99.0}, y_wanted_since=90.0) == []
+    assert placed(80.0, {"image:y": 0.0, "image:z": 0.0}) == []  # waited less than its setup
+    assert placed(60.0, {}) == []  # unknown: every key counts as in use
+    # Two keys to set up evict two: z must be idle too.
+    two = x | {"image:w"}
+    assert placed(60.0, {"image:y": 0.0, "image:z": 99.0}, affinity=two) == []
+    assert placed(60.0, {"image:y": 0.0, "image:z": 0.0}, affinity=two) == ["taken"]
 
 
 def test_one_round_counts_the_slots_its_own_cold_placements_take() -> None:
