@@ -599,14 +599,12 @@ class _Round:
             bound = EVICT_WAIT_RATIO * waited_s
             used_at = pool.warm_used_at
             wanted_since = pool.wanted_since
-            idle = [
-                key
-                for key in pool.nodes[node_id].warm
-                - head.affinity
-                - pool.set_up.get(node_id, _NO_KEYS)
-                if now - used_at.get(key, now) >= bound and now - wanted_since.get(key, now) < bound
-            ]
-            if len(idle) >= pool.evicted_count(node_id, head.affinity):
+            others = pool.nodes[node_id].warm - head.affinity - pool.set_up.get(node_id, _NO_KEYS)
+            idle = sum(
+                now - used_at.get(key, now) >= bound and now - wanted_since.get(key, now) < bound
+                for key in others
+            )
+            if idle >= pool.evicted_count(node_id, head.affinity):
                 return False
         held = pool.warm_nodes
         set_up = pool.set_up.values()

@@ -219,9 +219,9 @@ class Snapshot:
     #: ones): an action whose keys a full node holds may wait for its room
     #: rather than evict another key elsewhere. Empty: only listed nodes are known.
     warm_nodes: Mapping[str, int] = field(default_factory=dict)
-    #: Per warm key, when an action last started with it on any node. Setting
-    #: a key up where it evicts only keys nobody has used for the policy's
-    #: starvation time spares everyone. Empty: unknown, every key is in use.
+    #: Per warm key, when an action last started with it on any node: an action
+    #: that has waited long for its keys may evict keys nobody has used for a
+    #: while. Empty: unknown, every key is in use.
     warm_used_at: Mapping[str, float] = field(default_factory=dict)
 
 
