@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tangram_policy.types import DurationStat, Elasticity, PendingAction
+from tangram_policy.types import BatchStat, DurationStat, Elasticity, PendingAction
 
 #: Seconds assumed for an action type never seen before and without a hint.
 COLD_START_PRIOR_S = 10.0
 #: Weight of the prior, in observations, while few actions have finished.
 PRIOR_WEIGHT = 2.0
+#: Shortest run a batch's cost is measured against.
+MIN_RUN_S = 1e-3
 #: EWMA factor once ``stat_update`` has seen more than ``1 / EWMA_ALPHA`` actions.
 EWMA_ALPHA = 0.05
 
@@ -50,6 +52,30 @@ def stat_update(stat: DurationStat | None, observed_s: float) -> DurationStat:
     )
 
 
+def batch_update(
+    stat: BatchStat | None, batch_s: float, members: int, single_s: float
+) -> BatchStat:
+    """Fold in a batch of ``members`` that ran ``batch_s`` where one alone runs
+    ``single_s``: each member past the first cost ``(batch_s / single_s - 1) /
+    (members - 1)`` of a run, at most one (a batch no faster than its members one
+    after another). Averaged as ``stat_update`` averages durations."""
+    ratio = batch_s / max(single_s, MIN_RUN_S)
+    observed = min(max(ratio - 1.0, 0.0) / (members - 1), 1.0)
+    if stat is None:
+        return BatchStat(count=1, marginal=observed)
+    alpha = max(1.0 / (stat.count + 1), EWMA_ALPHA)
+    return BatchStat(
+        count=stat.count + 1, marginal=stat.marginal + alpha * (observed - stat.marginal)
+    )
+
+
+def expected_marginal(stat: BatchStat) -> float:
+    """The observed marginal, blended with a prior of 0 (batching is free) weighing
+    ``PRIOR_WEIGHT`` batches: one slow batch (a model loading inside it) must not
+    stop batching, and with it the observations that would correct it."""
+    return stat.marginal * stat.count / (stat.count + PRIOR_WEIGHT)
+
+
 def type_priors(stats: Mapping[tuple[str, str], DurationStat]) -> dict[str, float]:
     """Per action type, the count-weighted mean over tenants: the prior for a new tenant."""
     sums: dict[str, tuple[float, float]] = {}
@@ -68,6 +94,21 @@ def expected_duration(
     if action.duration_hint_s is not None and action.duration_hint_s >= 0:
         return action.duration_hint_s
     return expected_work(action.tenant, action.type, stats, priors)
+
+
+def observed_work(
+    tenant: str,
+    action_type: str,
+    stats: Mapping[tuple[str, str], DurationStat],
+    priors: Mapping[str, float],
+) -> float | None:
+    """Seconds at minimum units observed for (tenant, type), else for the type across
+    tenants; None before any has finished (no prior: a batch's cost is measured
+    against a run that was seen)."""
+    stat = stats.get((tenant, action_type))
+    if stat is not None and stat.count > 0:
+        return stat.mean_s
+    return priors.get(action_type)
 
 
 def expected_work(

@@ -4,9 +4,13 @@ One round, from a snapshot, in five passes:
 
 1. **Batches.** Pending reward-scoring actions with the same ``batch_key``
    (and tenant and type) are coalesced, in order, into batches of up to
-   ``batch_limit`` only when there are more of them than free slots for them:
-   a batch then finishes its members sooner than a queue would. A batch is
-   placed as one member's demand, shared evenly by its members.
+   ``batch_limit`` only when there are more of them than free slots for them,
+   and only as large as lowers their mean ACT: what a batch costs is learned
+   (``Snapshot.batch_stats``: each member past the first adds a marginal
+   fraction of one run), and below a marginal of 0.5 one wave of batches,
+   every member starting now, ends them sooner than a queue would; above it
+   ``cheapest_batch`` sizes them. A batch is placed as one member's demand,
+   shared evenly by its members.
 2. **Order.** Shortest expected work first: the expected duration (hint, else
    learned per tenant and type, else a prior) scaled by ``2 ** -priority``,
    plus ``aging_rate`` x submit time. The key is fixed per action, so an
@@ -59,7 +63,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from tangram_policy.estimate import duration_at, expected_duration, expected_work, type_priors
+from tangram_policy.estimate import (
+    duration_at,
+    expected_duration,
+    expected_marginal,
+    expected_work,
+    type_priors,
+)
 from tangram_policy.pool import _NO_KEYS, _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
 from tangram_policy.types import (
     EPSILON,
@@ -77,6 +87,13 @@ from tangram_policy.types import (
 #: An action that has waited its setup time may evict keys unused and not waited
 #: for during this fraction of its wait (``_Round._waits``).
 EVICT_WAIT_RATIO = 0.25
+
+#: Below this learned marginal, one wave of batches, every member starting now,
+#: ends them sooner on average than a queue of single runs (``cheapest_batch``):
+#: batch as many as it takes. At or above it, the size that ends the queued
+#: members soonest. (Sizing below it too, ignoring that a larger batch scores more
+#: members per slot-second for those still to come, cost rm 1.1% mean ACT.)
+BATCHING_PAYS_BELOW = 0.5
 
 _PlacementMaker = Callable[[str, str, Resources, int, str | None, tuple[str, ...]], Placement]
 
@@ -320,6 +337,7 @@ class TangramPolicy:
     def _classes(self, snapshot: Snapshot, pool: Pool) -> list[_Class]:
         config = self.config
         stats = snapshot.duration_stats
+        batch_stats = snapshot.batch_stats
         priors = type_priors(stats)
         classes: dict[tuple[object, ...], _Class] = {}
         shapes: dict[Shape, int] = {}
@@ -378,7 +396,10 @@ class TangramPolicy:
         for entries in batchable.values():
             entries.sort()
             head = entries[0][3]
-            size = self._batch_size(pool, head, len(entries))
+            stat = batch_stats.get((head.tenant, head.type))
+            size = self._batch_size(
+                pool, head, len(entries), None if stat is None else expected_marginal(stat)
+            )
             largest: dict[str, float] = {}
             # Members mostly share demand objects; a repeat cannot change a maximum.
             demands = {id(entry[3].demand): entry[3].demand for entry in entries}
@@ -445,8 +466,9 @@ class TangramPolicy:
         return out
 
     @staticmethod
-    def _batch_size(pool: Pool, action: PendingAction, count: int) -> int:
-        """Batch only as much as needed for every member to start now."""
+    def _batch_size(pool: Pool, action: PendingAction, count: int, marginal: float | None) -> int:
+        """Batch only as much as needed for every member to start now and, once what
+        a batch costs is known (``marginal``), only as much as lowers their mean ACT."""
         limit = action.batch_limit
         if count <= 1 or limit <= 1:
             return 1
@@ -459,7 +481,29 @@ class TangramPolicy:
             slots += int(pool.free[node_id].get(kind, 0.0) / need + 1e-9)
             if slots >= count:
                 return 1
-        return min(limit, math.ceil(count / max(slots, 1)))
+        size = min(limit, math.ceil(count / max(slots, 1)))
+        if marginal is None or marginal < BATCHING_PAYS_BELOW or slots == 0:
+            return size
+        return cheapest_batch(count, slots, size, marginal)
+
+
+def cheapest_batch(count: int, slots: int, largest: int, marginal: float) -> int:
+    """The batch size, up to ``largest``, that ends ``count`` queued members soonest
+    on average on ``slots`` free slots.
+
+    Batches of ``b`` go in ``ceil(count / (slots * b))`` waves of ``1 + marginal
+    * (b - 1)`` runs each, and a member ends, on average, after ``(waves + 1) /
+    2`` of them. A batch pays where members are cheap to add: below a marginal
+    of 0.5 all in one wave beats a queue of single runs; above it a queue does.
+    Ties go to the larger batch, which scores more members per slot-second.
+    """
+    best, best_cost = 1, math.inf
+    for size in range(1, largest + 1):
+        waves = math.ceil(count / (slots * size))
+        cost = (1.0 + marginal * (size - 1)) * (waves + 1)
+        if cost <= best_cost + EPSILON:
+            best, best_cost = size, cost
+    return best
 
 
 class _Round:

@@ -199,6 +199,15 @@ class DurationStat:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchStat:
+    """Observed cost of batching one (tenant, action type): each member beyond the
+    first adds ``marginal`` x one member's run time to the batch's."""
+
+    count: int
+    marginal: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[Node, ...]
@@ -223,6 +232,10 @@ class Snapshot:
     #: that has waited long for its keys may evict keys nobody has used for a
     #: while. Empty: unknown, every key is in use.
     warm_used_at: Mapping[str, float] = field(default_factory=dict)
+    #: Per (tenant, action type), what batching its actions has cost so far: a
+    #: batch is formed only where it lowers their mean ACT. Absent: not yet
+    #: observed, batch whenever there are more of them than free slots.
+    batch_stats: Mapping[tuple[str, str], BatchStat] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,12 +30,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tangram_policy.estimate import speedup, stat_update, work_at_min_units
+from tangram_policy.estimate import (
+    batch_update,
+    observed_work,
+    speedup,
+    stat_update,
+    type_priors,
+    work_at_min_units,
+)
 from tangram_policy.pool import gpu_group_size, take_gpus
 from tangram_policy.registry import get_policy
 from tangram_policy.types import (
     EPSILON,
     RESIZABLE_KINDS,
+    BatchStat,
     DurationStat,
     Elasticity,
     Node,
@@ -166,6 +174,7 @@ class _Action:
         "finish_at",
         "pending",
         "is_lease",
+        "batch",
     )
 
     def __init__(
@@ -198,6 +207,9 @@ class _Action:
         self.finish_at = 0.0
         self.pending: PendingAction | None = None
         self.is_lease = False
+        #: A batch member's batch: its members, run time, and whether this member
+        #: is its first (which hands what it cost to the policy's estimates).
+        self.batch: tuple[int, float, bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +338,7 @@ class Simulation:
         self.pending: dict[str, _Action] = {}
         self.usage: dict[str, dict[str, float]] = {}
         self.stats: dict[tuple[str, str], DurationStat] = {}
+        self.batch_stats: dict[tuple[str, str], BatchStat] = {}
         self.acts: list[float] = []
         self.tenant_acts: dict[str, tuple[float, int]] = {}
         self.steps: list[float] = []
@@ -641,6 +654,7 @@ class Simulation:
             resizable=resizable,
             warm_nodes=self._warm_nodes,
             warm_used_at=self._warm_used_at,
+            batch_stats=self.batch_stats,
         )
         decision = self.policy.decide(snapshot)
         for resize in decision.resizes:
@@ -805,6 +819,9 @@ class Simulation:
         longest = max(runs)
         marginal = members[0][0].type.batch_marginal
         run_s = longest + marginal * (sum(runs) - longest)
+        if len(members) > 1:
+            for index, (action, _) in enumerate(members):
+                action.batch = (len(members), run_s, index == 0)
         for (action, _), own in zip(members, runs, strict=True):
             action.started = now
             action.run_s = own
@@ -940,10 +957,22 @@ class Simulation:
         total, count = self.tenant_acts.get(action.tenant, (0.0, 0))
         self.tenant_acts[action.tenant] = (total + act, count + 1)
         key = (action.tenant, action.type.id)
-        self.stats[key] = stat_update(
-            self.stats.get(key),
-            work_at_min_units(action.type.elasticity, action.run_s, action.units),
-        )
+        if action.batch is None:
+            self.stats[key] = stat_update(
+                self.stats.get(key),
+                work_at_min_units(action.type.elasticity, action.run_s, action.units),
+            )
+        else:  # what a scheduler sees of a batch: its members and how long it ran
+            members, batch_s, first = action.batch
+            single_s = (
+                observed_work(action.tenant, action.type.id, self.stats, type_priors(self.stats))
+                if first
+                else None
+            )
+            if single_s is not None:
+                self.batch_stats[key] = batch_update(
+                    self.batch_stats.get(key), batch_s, members, single_s
+                )
         trajectory = action.trajectory
         if self.keep_records or self.on_record is not None:
             record = ActionRecord(

@@ -152,3 +152,22 @@ class ActionDurationStat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.type}: {self.mean_s:.3f}s over {self.count}"
+
+
+class ActionBatchStat(models.Model):
+    """What batching cost per (tenant, type), updated as batches succeed: each
+    member past the first adds ``marginal`` x one member's run time. The policy
+    batches only where that lowers mean ACT."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    type = models.CharField(max_length=64)
+    count = models.PositiveIntegerField(default=0)
+    marginal = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "type"], name="batch_stat_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.type}: {self.marginal:.3f} a member over {self.count}"

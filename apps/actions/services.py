@@ -15,13 +15,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, F, QuerySet, Value
+from django.db.models import Count, DateTimeField, F, Max, Min, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.actions.models import (
     PLACED_STATES,
     Action,
+    ActionBatchStat,
     ActionDurationStat,
     ActionEvent,
     ActionState,
@@ -32,8 +33,14 @@ from apps.inventory import selectors as inventory_selectors
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import quota_list
 from tangram_agent.protocol import RESULT_STATES, Result, scorer_warm_key
-from tangram_policy.estimate import stat_update, work_at_min_units
-from tangram_policy.types import DurationStat, Elasticity
+from tangram_policy.estimate import (
+    batch_update,
+    observed_work,
+    stat_update,
+    type_priors,
+    work_at_min_units,
+)
+from tangram_policy.types import BatchStat, DurationStat, Elasticity
 
 logger = logging.getLogger(__name__)
 
@@ -189,10 +196,24 @@ def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
 
 
 def _observe_duration(*, action_id: str) -> None:
-    tenant_id, action_type, started, finished, elasticity, units = Action.objects.values_list(
-        "tenant_id", "type", "started_at", "finished_at", "elasticity", "units"
-    ).get(pk=action_id)
+    tenant_id, action_type, started, finished, elasticity, units, batch_id, members = (
+        Action.objects.values_list(
+            "tenant_id",
+            "type",
+            "started_at",
+            "finished_at",
+            "elasticity",
+            "units",
+            "batch_id",
+            "batch_size",
+        ).get(pk=action_id)
+    )
     if started is None or finished is None:
+        return
+    if batch_id:
+        _observe_batch(
+            tenant_id=tenant_id, action_type=action_type, batch_id=batch_id, members=members
+        )
         return
     # Estimates are kept at minimum units, whatever parallelism this run was given.
     observed = work_at_min_units(
@@ -206,6 +227,40 @@ def _observe_duration(*, action_id: str) -> None:
     stat = stat_update(DurationStat(row.count, row.mean_s) if row.count else None, observed)
     row.count, row.mean_s = stat.count, stat.mean_s
     row.save(update_fields=["count", "mean_s"])
+
+
+def _observe_batch(*, tenant_id: Any, action_type: str, batch_id: str, members: int) -> None:
+    """Once the last of a batch's members has succeeded, fold what the batch cost into
+    its ``ActionBatchStat``: how long it ran, first start to last end, against one
+    member's expected run. Its members' own durations are the batch's (a scorer
+    runs them in one pass), not one run's, so they leave the duration estimate be.
+    The stat's row lock orders the members' results: only the last sees them all.
+    """
+    row, _ = ActionBatchStat.objects.select_for_update().get_or_create(
+        tenant_id=tenant_id, type=action_type
+    )
+    batch = Action.objects.filter(batch_id=batch_id, state=ActionState.SUCCEEDED).aggregate(
+        done=Count("id"), first=Min("started_at"), last=Max("finished_at")
+    )
+    if batch["done"] < members or batch["first"] is None:
+        return
+    durations = {
+        (str(tenant), action_type): DurationStat(count, mean_s)
+        for tenant, count, mean_s in ActionDurationStat.objects.filter(
+            type=action_type, count__gt=0
+        ).values_list("tenant_id", "count", "mean_s")
+    }
+    single_s = observed_work(str(tenant_id), action_type, durations, type_priors(durations))
+    if single_s is None:  # no run of the type seen alone yet: nothing to measure against
+        return
+    stat = batch_update(
+        BatchStat(row.count, row.marginal) if row.count else None,
+        max((batch["last"] - batch["first"]).total_seconds(), 0.0),
+        members,
+        single_s,
+    )
+    row.count, row.marginal = stat.count, stat.marginal
+    row.save(update_fields=["count", "marginal"])
 
 
 def actions_requeue(*, actions: QuerySet[Action], reason: str) -> int:

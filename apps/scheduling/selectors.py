@@ -24,7 +24,13 @@ from django.db.models import F, TextField, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
-from apps.actions.models import PLACED_STATES, Action, ActionDurationStat, ActionState
+from apps.actions.models import (
+    PLACED_STATES,
+    Action,
+    ActionBatchStat,
+    ActionDurationStat,
+    ActionState,
+)
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node
 from apps.tenants.models import Quota
@@ -34,6 +40,7 @@ from tangram_policy.pool import gpu_group_size
 from tangram_policy.types import (
     EPSILON,
     RESIZABLE_KINDS,
+    BatchStat,
     DurationStat,
     Elasticity,
     PendingAction,
@@ -104,6 +111,15 @@ def _duration_stats() -> dict[tuple[str, str], DurationStat]:
         for tenant_id, action_type, count, mean_s in ActionDurationStat.objects.values_list(
             "tenant_id", "type", "count", "mean_s"
         )
+    }
+
+
+def _batch_stats() -> dict[tuple[str, str], BatchStat]:
+    return {
+        (str(tenant_id), action_type): BatchStat(count=count, marginal=marginal)
+        for tenant_id, action_type, count, marginal in ActionBatchStat.objects.filter(
+            count__gt=0
+        ).values_list("tenant_id", "type", "count", "marginal")
     }
 
 
@@ -339,6 +355,7 @@ def scheduling_snapshot() -> Snapshot:
         pending=_pending(decoded) if useful and demands else (),
         running=running,
         duration_stats=_duration_stats(),
+        batch_stats=_batch_stats(),
         capacity=capacity,
         resizable=tuple(held for held in resizable if held.node in listed),
     )

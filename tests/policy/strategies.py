@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tangram_policy.types import (
+    BatchStat,
     DurationStat,
     Elasticity,
     Node,
@@ -166,5 +167,11 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         warm_nodes={key: draw(st.integers(0, 2)) for key in WARM_KEYS},
         warm_used_at={
             key: draw(st.floats(-200.0, 200.0)) for key in WARM_KEYS if draw(st.booleans())
+        },
+        # What batching reward calls has cost, where learned (past 0.5: batches sized).
+        batch_stats={
+            (tenant, "reward"): BatchStat(draw(st.integers(1, 50)), draw(st.floats(0.0, 1.0)))
+            for tenant in TENANTS
+            if draw(st.booleans())
         },
     )

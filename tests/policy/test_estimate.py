@@ -6,14 +6,17 @@ import pytest
 
 from tangram_policy.estimate import (
     COLD_START_PRIOR_S,
+    batch_update,
     duration_at,
     expected_duration,
+    expected_marginal,
+    observed_work,
     speedup,
     stat_update,
     type_priors,
     work_at_min_units,
 )
-from tangram_policy.types import DurationStat, Elasticity, PendingAction
+from tangram_policy.types import BatchStat, DurationStat, Elasticity, PendingAction
 
 
 def _action(**kwargs: object) -> PendingAction:
@@ -63,3 +66,28 @@ def test_amdahl_speedup_and_its_inverse() -> None:
     assert duration_at(elastic, 10.0, 4) == pytest.approx(10.0 * (0.1 + 0.9 / 4))
     assert work_at_min_units(elastic, duration_at(elastic, 10.0, 4), 4) == pytest.approx(10.0)
     assert speedup(Elasticity(), 8) == 1.0
+
+
+def test_a_batch_costs_what_it_ran_beyond_one_member_per_extra_member() -> None:
+    # Four members in 2.6 s where one alone runs 2 s: each extra member cost 0.1 of a run.
+    first = batch_update(None, 2.6, 4, 2.0)
+    assert first == BatchStat(count=1, marginal=pytest.approx(0.1))
+    # One after another (8 s) or slower is a marginal of 1 at most; then a mean of the two.
+    assert batch_update(None, 20.0, 4, 2.0).marginal == 1.0
+    assert batch_update(first, 8.0, 4, 2.0).marginal == pytest.approx(0.55)
+    # No faster than its slowest member alone: a marginal of 0, not below.
+    assert batch_update(None, 1.0, 4, 2.0).marginal == 0.0
+
+
+def test_one_slow_batch_does_not_settle_the_marginal() -> None:
+    """Blended with a prior of free batching worth two batches."""
+    assert expected_marginal(BatchStat(count=1, marginal=0.9)) == pytest.approx(0.3)
+    assert expected_marginal(BatchStat(count=98, marginal=0.9)) == pytest.approx(0.882)
+
+
+def test_a_batch_is_measured_against_runs_seen_alone() -> None:
+    stats = {("a", "score"): DurationStat(3, 2.0), ("b", "score"): DurationStat(1, 4.0)}
+    priors = type_priors(stats)
+    assert observed_work("a", "score", stats, priors) == 2.0
+    assert observed_work("c", "score", stats, priors) == pytest.approx(2.5)  # other tenants'
+    assert observed_work("a", "judge", stats, priors) is None  # never seen: no prior

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from tangram_policy.pool import partial_view
 from tangram_policy.registry import get_policy
-from tangram_policy.tangram import TangramConfig, TangramPolicy
+from tangram_policy.tangram import TangramConfig, TangramPolicy, cheapest_batch
 from tangram_policy.types import (
+    BatchStat,
     Decision,
     DurationStat,
     Elasticity,
@@ -482,6 +483,31 @@ def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
     assert all(p.batch_id is None for p in few.placements)
     unbatched = get_policy("tangram-no-batching").decide(_snapshot([node], reward))
     assert len(unbatched.placements) == 2
+
+
+def test_the_batch_size_that_ends_queued_members_soonest() -> None:
+    """Batches of b go in ceil(count / (slots * b)) waves of 1 + marginal * (b - 1) runs."""
+    # 32 members on 8 slots: one wave of 4 (1.3 runs) beats four waves of singles.
+    assert cheapest_batch(32, 8, 4, 0.1) == 4
+    # At 0.8 a batch of 4 takes 3.4 runs: singles end in 2.5 on average.
+    assert cheapest_batch(32, 8, 4, 0.8) == 1
+    # 16 on one slot at 0.5: four waves of 4 (2.5 runs each) beat 16 singles and one of 16.
+    assert cheapest_batch(16, 1, 16, 0.5) == 4
+
+
+def test_reward_actions_batch_only_where_it_has_paid() -> None:
+    """A learned marginal past a half keeps the queue single; a small one batches."""
+    node = Node("g", {"gpu": 2.0}, frozenset({"reward"}), gpu_groups=(("g0", "g1"),))
+    reward = [
+        _action(f"r{i}", type="reward", demand={"gpu": 1.0}, batch_key="rm", batch_limit=8)
+        for i in range(10)
+    ]
+    for marginal, batched in ((0.1, True), (0.9, False)):
+        learned = {("t", "reward"): BatchStat(count=50, marginal=marginal)}
+        snapshot = replace(_snapshot([node], reward), batch_stats=learned)
+        placements = get_policy("tangram").decide(snapshot).placements
+        assert len(placements) == (10 if batched else 2)
+        assert all((p.batch_id is not None) == batched for p in placements)
 
 
 def test_borrowers_share_idle_capacity_by_weight() -> None:

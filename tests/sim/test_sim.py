@@ -171,6 +171,22 @@ def test_reward_calls_coalesce_into_a_batch_when_they_queue() -> None:
     assert simulate(workload, "tangram-no-batching").acts == pytest.approx(fifo.acts)
 
 
+def test_the_simulator_learns_what_a_batch_costs_from_what_a_scheduler_sees() -> None:
+    """From a batch's members and run time, against runs seen alone: each of a batch
+    of k runs 2 + 0.9 x 2 x (k - 1) s where one alone runs 2 s, a marginal of 0.9."""
+    raw = _reward_workload(0.9)
+    raw["tasks"][0].update(
+        trajectories=12, steps=2, think_s={"dist": "uniform", "low": 1, "high": 20}
+    )
+    simulation = Simulation(workload_from_dict(raw), "tangram")
+    simulation.run()
+    key = ("default", "r.score")
+    assert simulation.stats[key].mean_s == pytest.approx(2.0)
+    learned = simulation.batch_stats[key]
+    assert learned.count >= 1
+    assert learned.marginal == pytest.approx(0.9)
+
+
 def _lending(lending_limit: dict[str, float]) -> dict[str, Any]:
     """Tenant b's four 10 s jobs at t = 0 on two 2-core nodes; tenant a's 1 s call at t = 1."""
     raw = _workload(
