@@ -493,9 +493,9 @@ def cheapest_batch(count: int, slots: int, largest: int, marginal: float) -> int
 
     Batches of ``b`` go in ``ceil(count / (slots * b))`` waves of ``1 + marginal
     * (b - 1)`` runs each, and a member ends, on average, after ``(waves + 1) /
-    2`` of them. A batch pays where members are cheap to add: below a marginal
-    of 0.5 all in one wave beats a queue of single runs; above it a queue does.
-    Ties go to the larger batch, which scores more members per slot-second.
+    2`` of them. Below a marginal of 0.5, one wave beats a queue of single
+    runs; above it, a queue of single runs or of smaller batches beats one
+    wave. Ties go to the larger batch, which scores more members per slot-second.
     """
     best, best_cost = 1, math.inf
     for size in range(1, largest + 1):

@@ -87,6 +87,8 @@ class Action(models.Model):
             models.Index(fields=["tenant", "state"], name="action_tenant_state_idx"),
             models.Index(fields=["node", "state"], name="action_node_state_idx"),
             models.Index(fields=["tenant", "type", "finished_at"], name="action_stats_idx"),
+            # A batch's members, read as each one ends (what the batch cost).
+            models.Index(fields=["batch_id"], condition=~Q(batch_id=""), name="action_batch_idx"),
         ]
         constraints = [
             models.CheckConstraint(
