@@ -348,14 +348,16 @@ def scheduling_snapshot() -> Snapshot:
         for tenant, used in sorted(placed.by_tenant.items())
     )
     listed = {node.id for node in useful}
+    pending = _pending(decoded) if useful and demands else ()
     return Snapshot(
         now=now.timestamp(),
         nodes=tuple(_free_gpu_groups(useful, gpu_groups)),
         quotas=_quotas(),
-        pending=_pending(decoded) if useful and demands else (),
+        pending=pending,
         running=running,
         duration_stats=_duration_stats(),
-        batch_stats=_batch_stats(),
+        # Read only when a queued action may be batched.
+        batch_stats=_batch_stats() if any(a.batch_key for a in pending) else {},
         capacity=capacity,
         resizable=tuple(held for held in resizable if held.node in listed),
     )

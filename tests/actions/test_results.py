@@ -118,6 +118,8 @@ def test_a_batch_teaches_the_scheduler_what_batching_costs_once_all_members_succ
         node_id=single.node_id, result=_result(single, started_at=1000.0, finished_at=1002.0)
     )
     key = (str(single.tenant_id), single.type)
+    # The scheduler reads what batching costs while an action that may be batched waits.
+    ActionFactory(tenant=single.tenant, batch_key="rm", batch_limit=4)
     members = [
         ActionFactory(
             tenant=single.tenant,
