@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.actions.models import Action
+from apps.actions.models import Action, ActionBatchStat
 from apps.inventory.models import Node
 from apps.inventory.services import assignment_of, nodes_reap_lost
 from apps.scheduling.selectors import scheduling_snapshot
@@ -153,6 +153,20 @@ def test_actions_with_one_batch_key_beyond_the_free_slots_share_a_batch_and_a_no
     assert {(assignment_of(a)["batch_id"], assignment_of(a)["batch_size"]) for a in placed} == {
         (batch_id, 4)
     }
+
+
+def test_where_batching_has_cost_too_much_the_round_runs_members_one_at_a_time():
+    """A marginal of 0.9 over 50 batches (ActionBatchStat): four calls on one free slot
+    run one at a time, ending after 2.5 runs on average, not all after ~3.6."""
+    NodeFactory(capacity={"cpu": 1, "memory": 1000})
+    tenant = TenantFactory()
+    ActionBatchStat.objects.create(tenant=tenant, type="sleep", count=50, marginal=0.9)
+    members = ActionFactory.create_batch(
+        4, tenant=tenant, demand={"cpu": 1, "memory": 100}, batch_key="rm", batch_limit=8
+    )
+    assert schedule_round().placed == 1
+    placed = Action.objects.filter(pk__in=[m.pk for m in members], state="assigned")
+    assert [(a.batch_id, a.batch_size) for a in placed] == [("", 1)]
 
 
 def test_batches_split_over_the_free_slots_each_on_one_node():
