@@ -197,6 +197,48 @@ def test_a_reward_batch_is_scored_in_one_run(tmp_path):
     assert len({s["run"] for s in scores}) == 1
 
 
+LINEAR_SCORER = """\
+import time
+def score(samples):
+    time.sleep(1.0 * len(samples))
+    return [len(text) for text in samples]
+"""
+
+
+def test_batches_that_save_nothing_are_learned_and_then_not_formed(tmp_path):
+    """A scorer whose batches take as long as their members one after another: from
+    real batches the server learns what each extra member costs (about a whole run,
+    against the runs seen alone); once that has held over many batches, the
+    scheduler runs the calls one at a time."""
+    call = {
+        "type": "reward.python",
+        "payload": {"code": LINEAR_SCORER, "sample": "x"},
+        "demand": {"cpu": 2, "memory": 600},
+        "batch_key": "linear-rm",
+        "batch_limit": 3,
+    }
+    with (
+        running_cluster(tmp_path, agents=["scorer-node"]) as cluster,
+        Client(cluster.base_url, cluster.tenant_token) as client,
+    ):
+        for _ in range(2):  # alone: what one run takes
+            (alone,) = client.submit_many([call])
+            assert client.wait_all([alone.id], timeout=60)[0].batch_id is None
+        burst = client.submit_many([call] * 6)  # two batches of three on the one slot
+        batched = client.wait_all([a.id for a in burst], timeout=120)
+        ((count, marginal),) = cluster.sql(
+            "SELECT count, marginal FROM actions_actionbatchstat WHERE type = 'reward.python'"
+        )
+        # As if many more such batches had run: the estimate weighs a few lightly.
+        cluster.sql("UPDATE actions_actionbatchstat SET count = 50 RETURNING id")
+        last = client.submit_many([call] * 3)
+        single = client.wait_all([a.id for a in last], timeout=120)
+    assert [a.state for a in batched + single] == ["succeeded"] * 9
+    assert len({a.batch_id for a in batched}) == 2 and None not in {a.batch_id for a in batched}
+    assert count == 2 and 0.5 < marginal <= 1.0, marginal
+    assert [a.batch_id for a in single] == [None] * 3
+
+
 def test_a_reward_batch_on_a_killed_agent_is_scored_again_elsewhere(tmp_path):
     """kill -9 the agent mid-batch: every member comes back, is re-batched on the next
     agent and scored in one run there; each ends once."""
