@@ -17,7 +17,9 @@ most once per ``round_interval_s``, while actions wait or running ones could
 grow, with the nodes that have room and offer a pending type, their free room
 as capacity, and per-tenant usage; and the running elastic actions whose
 cores can change (with their nodes), which it may shrink or grow: the rest of
-such a run goes at the speed of its new units.
+such a run goes at the speed of its new units. What it learns is what a live
+scheduler sees: a finished action's run time, and of a batch only its members
+and run time (``Snapshot.batch_stats``), not each member's.
 """
 
 from __future__ import annotations
