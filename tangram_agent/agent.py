@@ -129,6 +129,12 @@ class Agent:
                 keys.update(executor.warm_keys())
         return sorted(keys)
 
+    @property
+    def warm_slots(self) -> int:
+        """Warm-state keys this node keeps at most (idle resident scorers)."""
+        executors = {id(e): e for e in self._executors.values() if isinstance(e, WarmExecutor)}
+        return sum(executor.warm_slots() for executor in executors.values())
+
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
@@ -247,6 +253,7 @@ class Agent:
             "running": self.running,
             "gpu_groups": [list(group) for group in self.config.gpu_groups],
             "sent_at": time.time(),
+            "warm_slots": self.warm_slots,
         }
         await ws.send(json.dumps(register))
         reply = json.loads(await asyncio.wait_for(ws.recv(), REGISTER_TIMEOUT_S))

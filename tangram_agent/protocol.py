@@ -12,7 +12,9 @@ Agent -> server
              node that the agent does not hold and re-queues any it thinks is
              running there but the agent no longer has. ``gpu_groups`` (from
              protocol 2) lists the node's GPU ids, one list per interconnect
-             group; their count is ``capacity["gpu"]``.
+             group; their count is ``capacity["gpu"]``. ``warm_slots``
+             (optional) is how many warm keys the node keeps at most (its
+             idle resident scorers): setting up one more evicts one.
   heartbeat  {type, running, warm}
              From protocol 4 ``warm`` lists the warm-state keys the node holds
              now (resident scorers, ``scorer:<digest>``); the server stores it
@@ -130,6 +132,8 @@ class Register(TypedDict):
     gpu_groups: NotRequired[list[list[str]]]
     #: The agent's clock when it sent this (protocol 2): see ``Heartbeat.sent_at``.
     sent_at: NotRequired[float]
+    #: Warm keys the node keeps at most (idle resident scorers); absent: no bound known.
+    warm_slots: NotRequired[int]
 
 
 class Heartbeat(TypedDict):

@@ -37,6 +37,9 @@ class Action(models.Model):
     priority = models.IntegerField(default=0)
     timeout_s = models.FloatField()
     duration_hint_s = models.FloatField(null=True, blank=True)
+    #: Seconds a run spends setting up on a node without its ``affinity`` keys
+    #: (a scorer's model load), as the client says; null: none known.
+    setup_hint_s = models.FloatField(null=True, blank=True)
     #: ``{min_units, max_units, parallel_fraction, unit_kind}``; empty: not elastic.
     elasticity = models.JSONField(default=dict, blank=True)
     #: Warm-state keys (``image:…``, ``model:…``) a node may already have.

@@ -43,6 +43,14 @@ class ActionInputSerializer(serializers.Serializer):
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     timeout_s = serializers.FloatField(required=False, min_value=0.001)
     duration_hint_s = serializers.FloatField(required=False, min_value=0, allow_null=True)
+    setup_hint_s = serializers.FloatField(
+        required=False,
+        min_value=0,
+        allow_null=True,
+        help_text="Seconds a run spends setting up on a node without its affinity keys (a "
+        "reward model's load). With it, the scheduler sets up a cold run where a node has a "
+        "free warm slot rather than evict another key, and may wait for a warm node.",
+    )
     elasticity = ElasticitySerializer(
         required=False,
         help_text="May run on more units of unit_kind when the pool is idle; demand is for "
@@ -174,6 +182,8 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "priority",
             "demand",
             "timeout_s",
+            "duration_hint_s",
+            "setup_hint_s",
             "elasticity",
             "affinity",
             "batch_key",

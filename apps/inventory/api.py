@@ -32,6 +32,11 @@ class NodeListApi(APIView):
             help_text="Warm-state keys it holds (resident scorers: scorer:<digest>); the "
             "scheduler prefers it for actions whose affinity they cover.",
         )
+        warm_slots = serializers.IntegerField(
+            source="node.warm_slots",
+            help_text="Warm keys it keeps at most (its agent's idle resident scorers); 0: no "
+            "bound known. An action with a setup_hint_s is set up cold where one is free.",
+        )
         gpu_groups = serializers.ListField(
             source="node.gpu_groups",
             child=serializers.ListField(child=serializers.CharField()),

@@ -19,6 +19,8 @@ class Node(models.Model):
     capacity = models.JSONField(default=dict)
     executors = models.JSONField(default=list)
     warm = models.JSONField(default=list, blank=True)
+    #: Warm keys the node keeps at most (its agent's idle resident scorers); 0: no bound known.
+    warm_slots = models.PositiveSmallIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True)
     #: GPU ids per interconnect group (NVLink island, host bridge); as many as ``capacity["gpu"]``.
     gpu_groups = models.JSONField(default=list, blank=True)

@@ -134,6 +134,20 @@ def _checked_warm(node: Any, warm: Any) -> list[str] | None:
     return None
 
 
+def _checked_warm_slots(node: Any, slots: Any) -> int:
+    """``slots`` if it is a whole number from 0 to MAX_WARM_KEYS; else 0 (no bound
+    known), with a warning: like ``warm``, it only steers placement."""
+    if isinstance(slots, int) and not isinstance(slots, bool) and 0 <= slots <= MAX_WARM_KEYS:
+        return slots
+    logger.warning(
+        "node %s: ignoring malformed warm_slots (not a whole number from 0 to %d): %.200r",
+        node,
+        MAX_WARM_KEYS,
+        slots,
+    )
+    return 0
+
+
 def _held(running: list[ActionRef]) -> set[tuple[str, int]]:
     return {(ref["action"], int(ref["attempt"])) for ref in running}
 
@@ -164,6 +178,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
     gpu_groups = _checked_gpu_groups(message)
     # A restarted agent holds no resident scorer from before: malformed means none.
     warm = _checked_warm(message["node"], message.get("warm", [])) or []
+    warm_slots = _checked_warm_slots(message["node"], message.get("warm_slots", 0))
     now = timezone.now()
     node, created = Node.objects.select_for_update().get_or_create(
         name=message["node"],
@@ -171,6 +186,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
             "capacity": message["capacity"],
             "executors": message["executors"],
             "warm": warm,
+            "warm_slots": warm_slots,
             "labels": message.get("labels", {}),
             "gpu_groups": gpu_groups,
             "protocol": message["protocol"],
@@ -181,6 +197,7 @@ def node_register(*, message: Register) -> tuple[Node, list[Assignment], list[Ac
         node.capacity = message["capacity"]
         node.executors = message["executors"]
         node.warm = warm
+        node.warm_slots = warm_slots
         node.labels = message.get("labels", {})
         node.gpu_groups = gpu_groups
         node.protocol = message["protocol"]

@@ -168,6 +168,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             "affinity_text",
             "batch_key",
             "batch_limit",
+            "setup_hint_s",
         )[:MAX_PENDING_PER_ROUND]
     )
     return tuple(
@@ -185,6 +186,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             affinity=decoded.get("affinity", affinity, lambda raw: frozenset(raw or ())),
             batch_key=batch_key or None,
             batch_limit=batch_limit,
+            setup_s=setup_hint or 0.0,
         )
         for (
             id_,
@@ -200,6 +202,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             affinity,
             batch_key,
             batch_limit,
+            setup_hint,
         ) in rows
     )
 
@@ -317,12 +320,16 @@ def scheduling_snapshot() -> Snapshot:
     capacity: dict[str, float] = {}
     useful: list[PolicyNode] = []
     gpu_groups: dict[str, list[list[str]]] = {}
-    for node_id, node_capacity, executors, warm, groups in (
+    #: Per warm key, the online nodes that hold it, listed or not (full ones).
+    warm_nodes: dict[str, int] = {}
+    for node_id, node_capacity, executors, warm, warm_slots, groups in (
         Node.objects.filter(state=Node.State.ONLINE)
         .order_by("name")
-        .values_list("id", "capacity", "executors", "warm", "gpu_groups")
+        .values_list("id", "capacity", "executors", "warm", "warm_slots", "gpu_groups")
     ):
         add_resources(capacity, node_capacity)
+        for key in warm:
+            warm_nodes[key] = warm_nodes.get(key, 0) + 1
         room = placed.free_on(node_id, node_capacity)
         extra = returnable.get(str(node_id))
         if (
@@ -340,7 +347,15 @@ def scheduling_snapshot() -> Snapshot:
                 for kind, unit in growable.get(str(node_id), ())
             )
         ):
-            useful.append(PolicyNode(str(node_id), room, frozenset(executors), frozenset(warm)))
+            useful.append(
+                PolicyNode(
+                    str(node_id),
+                    room,
+                    frozenset(executors),
+                    frozenset(warm),
+                    warm_slots=warm_slots,
+                )
+            )
             if groups:
                 gpu_groups[str(node_id)] = groups
     running = tuple(
@@ -360,6 +375,7 @@ def scheduling_snapshot() -> Snapshot:
         batch_stats=_batch_stats() if any(a.batch_key for a in pending) else {},
         capacity=capacity,
         resizable=tuple(held for held in resizable if held.node in listed),
+        warm_nodes=warm_nodes,
     )
 
 

@@ -67,6 +67,10 @@ class WarmExecutor(Executor, Protocol):
         """The warm-state keys this node holds now."""
         ...
 
+    def warm_slots(self) -> int:
+        """The most keys it keeps: keeping one more ends the least recently used."""
+        ...
+
     def watch_warm(self, callback: Callable[[], object]) -> None:
         """Call ``callback`` whenever ``warm_keys`` changes."""
         ...

@@ -56,6 +56,9 @@ class ScorerExecutor:
     def warm_keys(self) -> list[str]:
         return self.sandbox.residents.warm_keys()
 
+    def warm_slots(self) -> int:
+        return self.sandbox.residents.limit
+
     def watch_warm(self, callback: Callable[[], object]) -> None:
         self.sandbox.residents.on_change.append(callback)
 

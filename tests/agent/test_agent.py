@@ -32,6 +32,7 @@ def test_registers_with_token_capacity_and_executors() -> None:
             assert register["capacity"] == {"cpu": 2, "memory": 1024}
             assert register["executors"] == ["sleep"]
             assert register["running"] == []
+            assert register["warm_slots"] == 0  # nothing it runs keeps state warm
             heartbeat = await server.next("heartbeat")
             assert heartbeat["running"] == []
             assert agent.node_id == "node-1"

@@ -81,7 +81,9 @@ WARM_T1 = scorer_warm_key("t1", SCORER, {})
 def test_a_tenants_scorer_loads_once_and_is_reported_warm(sandbox: Sandbox) -> None:
     async def scenario() -> None:
         async with scorer_agent(sandbox) as (server, agent):
-            await server.next("register")
+            register = await server.next("register")
+            # How many it keeps idle: the policy sets a cold scorer up where one is free.
+            assert register["warm_slots"] == sandbox.residents.limit > 0
             first = await score_alone(server, member("a1", 1))
             await warm_reported(server, [WARM_T1])
             assert agent.warm == [WARM_T1]

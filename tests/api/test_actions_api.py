@@ -68,6 +68,9 @@ def test_submit_1000_at_once(owner, node):
         ({**PY, "timeout_s": 0}, "timeout_s"),
         ({**PY, "timeout_s": 10**9}, "timeout_s"),
         ({**PY, "priority": 10**6}, "priority"),
+        ({**PY, "setup_hint_s": -1}, "setup_hint_s"),
+        ({**PY, "setup_hint_s": "slow"}, "setup_hint_s"),
+        ({**PY, "duration_hint_s": -1}, "duration_hint_s"),
         ({"type": "sandbox.python", "payload": {"code": "x" * (2 * 1024 * 1024)}}, "payload"),
         (
             {"type": "sandbox.python", "payload": {"code": "x", "files": {"../a": "b"}}},
@@ -94,6 +97,18 @@ def test_bad_input_is_refused_naming_the_field(owner, node, body, field):
     assert response.status_code == 400, response.json()
     assert field in response.json()["errors"], response.json()
     assert Action.objects.count() == 0
+
+
+def test_hints_are_stored_and_shown(owner, node):
+    body = {**PY, "duration_hint_s": 2.5, "setup_hint_s": 30}
+    response = owner.client.post(URL, body, format="json")
+    assert response.status_code == 201
+    shown = response.json()
+    assert (shown["duration_hint_s"], shown["setup_hint_s"]) == (2.5, 30.0)
+    action = Action.objects.get(pk=shown["id"])
+    assert (action.duration_hint_s, action.setup_hint_s) == (2.5, 30.0)
+    plain = owner.client.post(URL, PY, format="json").json()
+    assert (plain["duration_hint_s"], plain["setup_hint_s"]) == (None, None)
 
 
 def test_bulk_error_names_the_item_and_stores_nothing(owner, node):
@@ -362,12 +377,15 @@ def test_a_clients_scorer_key_is_refused_naming_affinity(owner, node, body):
     assert Action.objects.count() == 0
 
 
-def test_nodes_show_their_warm_keys(staff_client):
+def test_nodes_show_their_warm_keys_and_slots(staff_client):
     key = scorer_warm_key("1", SCORER, {})
-    NodeFactory(name="warm", warm=["image:py", key])
+    NodeFactory(name="warm", warm=["image:py", key], warm_slots=2)
     NodeFactory(name="cold")
-    shown = {node["name"]: node["warm"] for node in staff_client.get("/api/v1/nodes").json()}
-    assert shown == {"cold": [], "warm": ["image:py", key]}
+    shown = {
+        node["name"]: (node["warm"], node["warm_slots"])
+        for node in staff_client.get("/api/v1/nodes").json()
+    }
+    assert shown == {"cold": ([], 0), "warm": (["image:py", key], 2)}
 
 
 def _waiting(owner, action_id):

@@ -33,3 +33,22 @@ def test_a_change_of_warm_keys_refreshes_the_dashboards_and_no_change_does_not(
             node_heartbeat(node_id=node.pk, running=[], warm=warm)
         assert (events.dashboard_changed in callbacks) is refreshes, warm
     assert Node.objects.get(pk=node.pk).warm == []
+
+
+@pytest.mark.parametrize(("reported", "stored"), [(3, 3), (None, 0), (-1, 0), ("3", 0), (True, 0)])
+def test_a_register_stores_how_many_warm_keys_the_node_keeps(reported, stored):
+    """What the policy bounds cold setups by; a malformed count is no bound, not a refusal."""
+    message = {
+        "type": "register",
+        "protocol": PROTOCOL_VERSION,
+        "node": "node-s",
+        "capacity": {"cpu": 2, "memory": 1024},
+        "executors": ["reward.python"],
+        "warm": [],
+        "labels": {},
+        "running": [],
+    }
+    if reported is not None:
+        message["warm_slots"] = reported
+    node, _, _ = node_register(message=message)
+    assert Node.objects.get(pk=node.pk).warm_slots == stored

@@ -239,6 +239,39 @@ def test_a_reward_action_goes_where_its_scorer_is_resident(settings):
     assert resident.node == warm
 
 
+@pytest.mark.parametrize(("setup_hint_s", "goes_to"), [(30.0, "free-slot"), (None, "full-slots")])
+def test_a_cold_setup_with_a_setup_hint_keeps_to_a_free_warm_slot(settings, setup_hint_s, goes_to):
+    """Best fit alone picks the tighter node, whose one slot holds another scorer:
+    setting a new one up there evicts it. Told what a setup costs, the round
+    sets it up where a slot is free instead."""
+    settings.TANGRAM_POLICY = "tangram"
+    NodeFactory(
+        name="full-slots", capacity={"cpu": 2, "memory": 8192}, warm=["m:other"], warm_slots=1
+    )
+    NodeFactory(name="free-slot", capacity={"cpu": 16, "memory": 8192}, warm_slots=1)
+    action = ActionFactory(demand={"cpu": 1}, affinity=["m:x"], setup_hint_s=setup_hint_s)
+    assert schedule_round().placed == 1
+    action.refresh_from_db()
+    assert action.node.name == goes_to
+
+
+def test_a_cold_action_told_its_setup_waits_for_room_where_its_key_is_warm(settings):
+    """The only node with room would evict a key to set this one up, while a full
+    node holds it: with a setup hint the action waits for that node's room."""
+    settings.TANGRAM_POLICY = "tangram"
+    holder = NodeFactory(
+        name="holder", capacity={"cpu": 1, "memory": 8192}, warm=["m:x"], warm_slots=1
+    )
+    ActionFactory(state="running", node=holder, allocation={"cpu": 1})
+    NodeFactory(name="elsewhere", capacity={"cpu": 4, "memory": 8192}, warm=["m:y"], warm_slots=1)
+    hinted = ActionFactory(demand={"cpu": 1}, affinity=["m:x"], setup_hint_s=30.0)
+    assert schedule_round().placed == 0
+    assert Action.objects.get(pk=hinted.pk).state == "queued"
+    Action.objects.filter(pk=hinted.pk).update(setup_hint_s=None)
+    assert schedule_round().placed == 1  # told nothing, it goes cold where there is room
+    assert Action.objects.get(pk=hinted.pk).node.name == "elsewhere"
+
+
 def test_a_large_round_writes_every_placement_as_decided(settings):
     """More placements than one UPDATE writes: each lands with its node, allocation, units."""
     settings.TANGRAM_POLICY = "tangram"
