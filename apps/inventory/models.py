@@ -36,6 +36,18 @@ class Node(models.Model):
         return self.name
 
 
+class WarmKeyUse(models.Model):
+    """When a round last placed an action with this warm key in its affinity, on any
+    node: a key nobody has used for a while may be evicted for one an action waits
+    for (``Snapshot.warm_used_at``). One row per key ever used."""
+
+    key = models.CharField(max_length=200, primary_key=True)
+    used_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.key} at {self.used_at:%H:%M:%S}"
+
+
 class AgentToken(models.Model):
     """A credential for agents to connect; only its SHA-256 digest is stored."""
 

@@ -32,7 +32,7 @@ from apps.actions.models import (
     ActionState,
 )
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
-from apps.inventory.models import Node
+from apps.inventory.models import Node, WarmKeyUse
 from apps.tenants.models import Quota
 from tangram_agent.protocol import RESIZE_PROTOCOL, SHRINK_PROTOCOL
 from tangram_policy.estimate import speedup
@@ -120,6 +120,16 @@ def _batch_stats() -> dict[tuple[str, str], BatchStat]:
         for tenant_id, action_type, count, marginal in ActionBatchStat.objects.filter(
             count__gt=0
         ).values_list("tenant_id", "type", "count", "marginal")
+    }
+
+
+def _warm_used_at(held: Mapping[str, int]) -> dict[str, float]:
+    """When a round last placed an action with each key some node holds."""
+    return {
+        key: used_at.timestamp()
+        for key, used_at in WarmKeyUse.objects.filter(key__in=list(held)).values_list(
+            "key", "used_at"
+        )
     }
 
 
@@ -371,8 +381,11 @@ def scheduling_snapshot() -> Snapshot:
         pending=pending,
         running=running,
         duration_stats=_duration_stats(),
-        # Read only when a queued action may be batched.
+        # Each read only when a queued action could use it.
         batch_stats=_batch_stats() if any(a.batch_key for a in pending) else {},
+        warm_used_at=_warm_used_at(warm_nodes)
+        if any(a.setup_s > 0 and a.affinity for a in pending)
+        else {},
         capacity=capacity,
         resizable=tuple(held for held in resizable if held.node in listed),
         warm_nodes=warm_nodes,

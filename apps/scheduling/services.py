@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from apps.actions.models import PLACED_STATES, Action, ActionEvent, ActionState
 from apps.core import events
+from apps.inventory.models import WarmKeyUse
 from apps.inventory.services import (
     ASSIGNMENT_FIELDS,
     RESIZE_FIELDS,
@@ -26,7 +27,7 @@ from apps.inventory.services import (
 )
 from apps.scheduling.selectors import scheduling_snapshot, work_done_s
 from tangram_policy.registry import get_policy
-from tangram_policy.types import Elasticity, Placement, Resize
+from tangram_policy.types import Elasticity, PendingAction, Placement, Resize
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def _schedule_round() -> RoundReport:
     now = timezone.now()
     _resize(decision.resizes, now)
     assigned = _assign(decision.placements, now)
+    _note_warm_keys_used(snapshot.pending, {str(a.pk) for a in assigned}, now)
     if assigned:
         ActionEvent.objects.bulk_create(
             ActionEvent(
@@ -101,6 +103,18 @@ def _schedule_round() -> RoundReport:
             report.total_ms,
         )
     return report
+
+
+def _note_warm_keys_used(pending: Sequence[PendingAction], placed: set[str], now: datetime) -> None:
+    """Stamp the warm keys of the actions this round placed as used now."""
+    keys = {key for action in pending if action.id in placed for key in action.affinity}
+    if keys:
+        WarmKeyUse.objects.bulk_create(
+            [WarmKeyUse(key=key, used_at=now) for key in sorted(keys)],
+            update_conflicts=True,
+            unique_fields=["key"],
+            update_fields=["used_at"],
+        )
 
 
 def _resize(resizes: Sequence[Resize], now: datetime) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from apps.actions.models import Action, ActionEvent
 from apps.actions.selectors import placed_usage
 from apps.actions.services import actions_submit
+from apps.inventory.models import WarmKeyUse
 from apps.inventory.services import nodes_reap_lost
 from apps.scheduling.selectors import scheduling_snapshot
 from apps.scheduling.services import WRITE_CHUNK, _assign, schedule_round
@@ -270,6 +273,36 @@ def test_a_cold_action_told_its_setup_waits_for_room_where_its_key_is_warm(setti
     Action.objects.filter(pk=hinted.pk).update(setup_hint_s=None)
     assert schedule_round().placed == 1  # told nothing, it goes cold where there is room
     assert Action.objects.get(pk=hinted.pk).node.name == "elsewhere"
+
+
+@pytest.mark.parametrize(("other_used_s_ago", "placed"), [(1000.0, 1), (10.0, 0)])
+def test_a_long_wait_evicts_a_key_nobody_has_used_lately(settings, other_used_s_ago, placed):
+    """As above, but the action has waited 200 s, past its 30 s setup: the other
+    node's one key may go if no action started with it during a quarter of that."""
+    settings.TANGRAM_POLICY = "tangram"
+    now = timezone.now()
+    holder = NodeFactory(
+        name="holder", capacity={"cpu": 1, "memory": 8192}, warm=["m:x"], warm_slots=1
+    )
+    ActionFactory(state="running", node=holder, allocation={"cpu": 1})
+    NodeFactory(name="elsewhere", capacity={"cpu": 4, "memory": 8192}, warm=["m:y"], warm_slots=1)
+    WarmKeyUse.objects.create(key="m:y", used_at=now - timedelta(seconds=other_used_s_ago))
+    ActionFactory(
+        demand={"cpu": 1},
+        affinity=["m:x"],
+        setup_hint_s=30.0,
+        submitted_at=now - timedelta(seconds=200),
+    )
+    assert schedule_round().placed == placed
+
+
+def test_a_round_stamps_the_warm_keys_it_placed_as_used():
+    NodeFactory()
+    action = ActionFactory(demand={"cpu": 1}, affinity=["image:a", "model:b"])
+    assert schedule_round().placed == 1
+    action.refresh_from_db()
+    used = dict(WarmKeyUse.objects.values_list("key", "used_at"))
+    assert used == {"image:a": action.assigned_at, "model:b": action.assigned_at}
 
 
 def test_a_large_round_writes_every_placement_as_decided(settings):
