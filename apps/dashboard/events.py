@@ -50,6 +50,8 @@ class NodeView(TypedDict):
     free: dict[str, float]
     #: Warm-state keys the node's agent reports (resident scorers: ``scorer:<digest>``).
     warm: list[str]
+    #: Warm keys it keeps at most (its agent's idle resident scorers); 0: no bound known.
+    warm_slots: int
     #: Assigned and running actions, oldest assignment first, at most NODE_ACTIONS_CAP.
     actions: list[PlacedActionView]
     actions_total: int

@@ -150,6 +150,7 @@ def dashboard_snapshot(*, principal: Principal) -> Snapshot:
                 "used": {kind: used.get(kind, 0.0) for kind in capacity} | used,
                 "free": placed.free_on(node.id, capacity),
                 "warm": list(node.warm),
+                "warm_slots": node.warm_slots,
                 "actions": listing.get(node.id, []),
                 "actions_total": placed.actions_by_node.get(node.id, 0),
             }

@@ -43,6 +43,7 @@ def seed() -> dict[str, Any]:
             "gpu_groups": [["0", "1"]],
             "executors": ["sleep"],
             "warm": [],
+            "warm_slots": 2,
             "labels": {},
             "running": [],
         }

@@ -201,7 +201,9 @@ def test_the_dashboard_follows_actions_from_queue_to_node_to_done(dashboard_serv
     expect(tid(f"{node}-warm")).to_have_count(0)
     scorer_key = "scorer:" + "1a2b3c4d" * 4
     dashboard_server.drive("warm", scorer_key)
-    expect(tid(f"{node}-warm")).to_have_text("warm: scorer 1a2b3c4d", timeout=UPDATE_WAIT_MS)
+    expect(tid(f"{node}-warm")).to_have_text(
+        "warm (1 of 2): scorer 1a2b3c4d", timeout=UPDATE_WAIT_MS
+    )
     expect(tid(f"{node}-warm")).to_have_attribute("title", scorer_key)
 
     # More batchable actions than free cores: placed in batches of two, shown as such.

@@ -167,7 +167,7 @@
         ? el(
             "p",
             { class: "warm muted", testid: `${prefix}-warm`, title: node.warm.join("\n") },
-            "warm: ",
+            node.warm_slots ? `warm (${node.warm.length} of ${node.warm_slots}): ` : "warm: ",
             node.warm.map((key) => el("span", { class: "key" }, shortKey(key))),
           )
         : null,
