@@ -200,7 +200,7 @@ def test_a_reward_batch_is_scored_in_one_run(tmp_path):
 LINEAR_SCORER = """\
 import time
 def score(samples):
-    time.sleep(1.0 * len(samples))
+    time.sleep(2.0 * len(samples))
     return [len(text) for text in samples]
 """
 
