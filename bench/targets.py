@@ -14,6 +14,11 @@ on the worst seed:
 - mean RL step time at least ``STEP_VS_STATIC`` x faster than ``static``'s;
 - at least ``SAVINGS_PCT`` % fewer resources than ``static`` at its mean step.
 
+Beside the ratios against ``static`` it prints the most any policy could reach
+(``tangram_sim.bound``: ``static``'s mean over the no-wait floor, every action
+started at once, warm, on its most units), pooled and on the worst seed; a
+miss marked "unreachable" is one no scheduler could meet on that workload.
+
 It prints the table and the targets each workload misses. It exits 0 when
 every target held, 1 when some did not, 2 on a workload it cannot read.
 """
@@ -35,6 +40,7 @@ from bench.policy import (
     run_policies,
     savings,
 )
+from tangram_sim.bound import no_wait_floor
 from tangram_sim.sim import PolicyError
 from tangram_sim.workload import Workload
 
@@ -58,14 +64,19 @@ def verdict(
         ratio = compared[f"tangram_vs_{base}"]
         row[f"act_vs_{base}"] = [ratio["mean_act"], ratio["min_seed_mean_act"]]
         row[f"step_vs_{base}"] = [ratio["mean_step"], ratio["min_seed_mean_step"]]
+    row.update(bounds(workload, seeds, policies["static"]))
     missed = []
     if min(row["act_vs_static"]) < ACT_VS_STATIC:
-        missed.append(f"ACT vs static < {ACT_VS_STATIC:g}x")
+        missed.append(
+            f"ACT vs static < {ACT_VS_STATIC:g}x" + _reach(row["act_bound"], ACT_VS_STATIC)
+        )
     for base in ("fifo", "partitioned"):
         if min(row[f"act_vs_{base}"]) <= 1.0:
             missed.append(f"ACT not better than {base}")
     if min(row["step_vs_static"]) < STEP_VS_STATIC:
-        missed.append(f"step vs static < {STEP_VS_STATIC:g}x")
+        missed.append(
+            f"step vs static < {STEP_VS_STATIC:g}x" + _reach(row["step_bound"], STEP_VS_STATIC)
+        )
     if with_savings:
         target_s = policies["static"]["mean_step_s"]
         row["savings_pct"] = savings(workload, seeds, target_s, executor)["saving_pct"]
@@ -75,8 +86,35 @@ def verdict(
     return row
 
 
+def bounds(workload: Workload, seeds: list[int], static: dict[str, Any]) -> dict[str, list[float]]:
+    """The most any policy could reach against ``static`` (its mean over the no-wait
+    floor), pooled over ``seeds`` and on the worst seed, for ACT and step."""
+    floors = [no_wait_floor(workload.with_seed(seed)) for seed in seeds]
+    pooled = sum(floors[1:], floors[0])
+    per_seed = list(zip(static["per_seed"], floors, strict=True))
+
+    def ratio(mean_s: float, floor_s: float) -> float:
+        return mean_s / floor_s if floor_s > 0 else float("inf")
+
+    return {
+        "act_bound": [
+            ratio(static["mean_act_s"], pooled.mean_act_s),
+            min(ratio(s["mean_act_s"], f.mean_act_s) for s, f in per_seed),
+        ],
+        "step_bound": [
+            ratio(static["mean_step_s"], pooled.mean_step_s),
+            min(ratio(s["mean_step_s"], f.mean_step_s) for s, f in per_seed),
+        ],
+    }
+
+
+def _reach(bound: list[float], target: float) -> str:
+    return " (unreachable)" if min(bound) < target else ""
+
+
 HEAD = (
-    f"{'workload':<14}{'ACT vs static':>16}{'step vs static':>16}{'savings':>9}"
+    f"{'workload':<14}{'ACT vs static':>16}{'at most':>16}{'step vs static':>16}{'at most':>14}"
+    f"{'savings':>9}"
     f"{'ACT vs fifo':>15}{'vs partitioned':>16}   missed"
 )
 
@@ -91,8 +129,9 @@ def line(row: dict[str, Any]) -> str:
         return f"{row['workload']:<14}  {row['error']}"
     saved = f"{row['savings_pct']:.1f}%" if "savings_pct" in row else "-"
     return (
-        f"{row['workload']:<14}{pair(row['act_vs_static']):>16}{pair(row['step_vs_static']):>16}"
-        f"{saved:>9}{pair(row['act_vs_fifo']):>15}{pair(row['act_vs_partitioned']):>16}   "
+        f"{row['workload']:<14}{pair(row['act_vs_static']):>16}{pair(row['act_bound']):>16}"
+        f"{pair(row['step_vs_static']):>16}{pair(row['step_bound']):>14}{saved:>9}"
+        f"{pair(row['act_vs_fifo']):>15}{pair(row['act_vs_partitioned']):>16}   "
         + ("; ".join(row["missed"]) or "none")
     )
 
@@ -100,7 +139,8 @@ def line(row: dict[str, Any]) -> str:
 def summary(rows: list[dict[str, Any]]) -> str:
     held = sum(not row["missed"] for row in rows)
     return (
-        f"\nratios pooled (worst seed); targets: ACT >= {ACT_VS_STATIC:g}x static and better"
+        f"\nratios pooled (worst seed); 'at most': static over the no-wait floor, the most any"
+        f" policy could reach; targets: ACT >= {ACT_VS_STATIC:g}x static and better"
         f" than fifo and partitioned, step >= {STEP_VS_STATIC:g}x static, savings >="
         f" {SAVINGS_PCT:g}%\n{held} of {len(rows)} workloads meet every target"
     )

@@ -58,7 +58,7 @@ from tangram_policy.types import (
     Snapshot,
 )
 from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
-from tangram_sim.workload import ActionType, Dist, Task, Workload
+from tangram_sim.workload import ActionType, Dist, Task, Workload, draw_trajectory
 
 BASELINES = ("static", "partitioned")
 #: Above this many nodes with room, a round sees only the nodes it could use.
@@ -498,24 +498,8 @@ class Simulation:
         run.remaining = task.trajectories
         seed = self.workload.seed
         for index in range(task.trajectories):
-            rng = random.Random(f"{seed}:{task.name}:{run.step}:{index}")
-            turns = max(0, int(round(task.turns.sample(rng))))
-            weights = [a.weight for a in task.actions]
-            plan: list[tuple[float, ActionType, float]] = []
-            for _ in range(turns if task.actions else 0):
-                think = max(0.0, task.think_s.sample(rng))
-                action = (
-                    rng.choices(task.actions, weights)[0]
-                    if len(task.actions) > 1
-                    else (task.actions[0])
-                )
-                plan.append((think, action, max(0.0, action.duration_s.sample(rng))))
-            final_think = max(0.0, task.think_s.sample(rng)) if not plan else 0.0
-            reward_s = max(0.0, task.reward.duration_s.sample(rng)) if task.reward else 0.0
-            trajectory = _Trajectory(run, index, plan, reward_s)
-            if not plan and final_think:
-                trajectory.turns = [(final_think, task.reward, reward_s)] if task.reward else []
-                trajectory.reward_s = -1.0
+            turns, reward_s = draw_trajectory(seed, task, run.step, index)
+            trajectory = _Trajectory(run, index, turns, reward_s)
             if run.lease_type is not None and any(
                 a.binding == "trajectory" for _, a, _ in trajectory.turns
             ):

@@ -102,6 +102,30 @@ class Task:
     start_s: float = 0.0
 
 
+#: A trajectory's turns: (LLM think s before it, the action, its run s at minimum units).
+Turns = list[tuple[float, ActionType, float]]
+
+
+def draw_trajectory(seed: int, task: Task, step: int, index: int) -> tuple[Turns, float]:
+    """Trajectory ``index`` of ``task``'s ``step``: its turns and its reward call's run
+    s, or -1 where no reward call follows the turns (none, or it is the only turn,
+    after a think). From the trajectory's own stream, so every policy replays it.
+    """
+    rng = random.Random(f"{seed}:{task.name}:{step}:{index}")
+    turns = max(0, int(round(task.turns.sample(rng))))
+    weights = [a.weight for a in task.actions]
+    plan: Turns = []
+    for _ in range(turns if task.actions else 0):
+        think = max(0.0, task.think_s.sample(rng))
+        action = rng.choices(task.actions, weights)[0] if len(task.actions) > 1 else task.actions[0]
+        plan.append((think, action, max(0.0, action.duration_s.sample(rng))))
+    final_think = max(0.0, task.think_s.sample(rng)) if not plan else 0.0
+    reward_s = max(0.0, task.reward.duration_s.sample(rng)) if task.reward else 0.0
+    if not plan and final_think:
+        return ([(final_think, task.reward, reward_s)] if task.reward else []), -1.0
+    return plan, reward_s
+
+
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
     name: str

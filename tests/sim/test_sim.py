@@ -600,5 +600,11 @@ def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> No
     report = json.loads(out.getvalue())
     swe, plain = report["workloads"]
     assert swe["act_vs_static"][0] > 4.0 and swe["savings_pct"] > 0
+    # No policy beats the no-wait floor, so none passes what static over it bounds.
+    assert swe["act_bound"][0] >= swe["act_vs_static"][0] > 0
+    assert swe["step_bound"][1] >= swe["step_vs_static"][1] > 0
     assert "ACT not better than fifo" in plain["missed"]
+    # One trajectory never waits for its sandbox: static is 1.25x the floor (its setup).
+    assert plain["act_bound"][0] < 5.0
+    assert "ACT vs static < 5x (unreachable)" in plain["missed"]
     assert code == 1

@@ -1,0 +1,83 @@
+"""The no-wait floor: computed by hand on a small case, and never beaten by any policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tangram_sim.bound import no_wait_floor
+from tangram_sim.sim import simulate
+from tangram_sim.workload import load_workload, workload_from_dict
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "fixtures" / "workloads"
+
+
+def _elastic_task() -> dict[str, Any]:
+    return {
+        "name": "tiny",
+        "pool": [{"name": "cpu", "count": 1, "capacity": {"cpu": 4}, "executors": ["sandbox"]}],
+        "tasks": [
+            {
+                "name": "t",
+                "steps": 3,
+                "trajectories": 2,
+                "train_s": 10,
+                "turns": 2,
+                "think_s": 5,
+                "actions": [
+                    {
+                        "type": "run",
+                        "executor": "sandbox",
+                        "demand": {"cpu": 1},
+                        "duration_s": 8,
+                        "start_s": 0.5,
+                        "setup_s": 30,
+                        "affinity": ["image:x"],
+                        "elasticity": {"min_units": 1, "max_units": 4, "parallel_fraction": 1.0},
+                    }
+                ],
+                "reward": {
+                    "type": "verify",
+                    "executor": "sandbox",
+                    "demand": {"cpu": 1},
+                    "duration_s": 1,
+                },
+            }
+        ],
+    }
+
+
+def test_the_floor_by_hand() -> None:
+    """Each run 8 s / 4 units + 0.5 s start, setup ignored; a reward of 1 s."""
+    floor = no_wait_floor(workload_from_dict(_elastic_task()))
+    assert floor.actions == 3 * 2 * 3  # steps x trajectories x (2 turns + reward)
+    assert floor.mean_act_s == pytest.approx((2.5 * 2 + 1.0) / 3)
+    assert floor.steps == 3
+    assert floor.mean_step_s == pytest.approx(5 + 2.5 + 5 + 2.5 + 1.0 + 10)
+
+
+def test_seeds_pool_as_the_bench_pools_them() -> None:
+    workload = load_workload(WORKLOADS / "swe.yaml")
+    one, two = (no_wait_floor(workload.with_seed(seed)) for seed in (1, 2))
+    both = one + two
+    assert both.actions == one.actions + two.actions
+    assert both.mean_act_s == pytest.approx(
+        (one.mean_act_s * one.actions + two.mean_act_s * two.actions) / both.actions
+    )
+    assert one.mean_act_s != two.mean_act_s  # the seed draws other trajectories
+
+
+@pytest.mark.parametrize("name", ["swe", "judge", "gpuburst"])
+@pytest.mark.parametrize("policy", ["static", "fifo", "tangram"])
+def test_no_policy_beats_the_floor(name: str, policy: str) -> None:
+    """Every policy replays the floor's actions, and none finishes one or a step sooner."""
+    workload = load_workload(WORKLOADS / f"{name}.yaml")
+    floor = no_wait_floor(workload)
+    result = simulate(workload, policy)
+    summary = result.summary()
+    assert len(result.acts) == floor.actions
+    assert len(result.steps) == floor.steps
+    assert summary["mean_act_s"] >= floor.mean_act_s - 1e-9
+    assert summary["mean_step_s"] >= floor.mean_step_s - 1e-9
