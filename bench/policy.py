@@ -25,6 +25,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 from tangram_policy.registry import ABLATIONS, POLICIES
+from tangram_sim.bound import capacity, saving_pct
 from tangram_sim.sim import PolicyError, SimResult, Simulation, quantile, simulate
 from tangram_sim.workload import Workload, WorkloadError, load_workload
 
@@ -179,29 +180,16 @@ def savings(
             high = middle
         else:
             low = middle
-    full = _capacity(workload)
-    small = _capacity(workload.scaled(high))
+    full = capacity(workload)
+    small = capacity(workload.scaled(high))
     by_kind = {k: 100.0 * (1.0 - small.get(k, 0.0) / v) for k, v in full.items() if v > 0}
     return {
         "target_step_s": target_s,
         "scale": high,
-        "saving_pct": min(
-            (v for k, v in by_kind.items() if k not in ("memory", "gpu_memory")),
-            default=100.0 * (1.0 - high),
-        ),
+        "saving_pct": saving_pct(full, small, default=100.0 * (1.0 - high)),
         "saving_pct_by_kind": by_kind,
         "probes": probes,
     }
-
-
-def _capacity(workload: Workload) -> dict[str, float]:
-    from tangram_sim.baselines import build_nodes
-
-    total: dict[str, float] = {}
-    for spec in build_nodes(workload, "tangram"):
-        for kind, amount in spec.capacity.items():
-            total[kind] = total.get(kind, 0.0) + amount
-    return total
 
 
 def _hours(value: dict[str, float]) -> str:

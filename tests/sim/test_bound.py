@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tangram_sim.bound import no_wait_floor
+from tangram_sim.bound import no_wait_floor, savings_bound
 from tangram_sim.sim import simulate
 from tangram_sim.workload import load_workload, workload_from_dict
 
@@ -54,8 +54,25 @@ def test_the_floor_by_hand() -> None:
     floor = no_wait_floor(workload_from_dict(_elastic_task()))
     assert floor.actions == 3 * 2 * 3  # steps x trajectories x (2 turns + reward)
     assert floor.mean_act_s == pytest.approx((2.5 * 2 + 1.0) / 3)
-    assert floor.steps == 3
+    assert len(floor.steps) == 3
+    # The longest trajectory binds: 36 cpu-seconds a step (2 x (2 x 8.5 + 1)) on 4 cores.
     assert floor.mean_step_s == pytest.approx(5 + 2.5 + 5 + 2.5 + 1.0 + 10)
+    assert floor.steps[0].work == {"cpu": pytest.approx(36.0)}
+
+
+def test_a_small_pool_bounds_the_step_and_the_savings() -> None:
+    """On one core the step's 36 cpu-seconds bind: 36 s + 10 s of training. To
+    match a 46 s step, no pool under a quarter of the four cores will do; to match
+    a 26 s one, none under 2.25 cores; and nothing shortens it to 25 s."""
+    raw = _elastic_task()
+    raw["pool"][0]["capacity"] = {"cpu": 1}
+    assert no_wait_floor(workload_from_dict(raw)).mean_step_s == pytest.approx(46.0)
+    workload = workload_from_dict(_elastic_task())
+    floor = no_wait_floor(workload)
+    assert savings_bound(workload, [floor], 46.0) == pytest.approx(75.0, abs=1e-6)
+    # A 26 s step leaves 16 s for the 36 cpu-seconds: 2.25 of the 4 cores.
+    assert savings_bound(workload, [floor], 26.0) == pytest.approx(43.75, abs=1e-6)
+    assert savings_bound(workload, [floor], 25.0) == 0.0  # not even the full pool
 
 
 def test_seeds_pool_as_the_bench_pools_them() -> None:
@@ -70,14 +87,15 @@ def test_seeds_pool_as_the_bench_pools_them() -> None:
 
 
 @pytest.mark.parametrize("name", ["swe", "judge", "gpuburst"])
-@pytest.mark.parametrize("policy", ["static", "fifo", "tangram"])
+@pytest.mark.parametrize("policy", ["partitioned", "fifo", "tangram"])
 def test_no_policy_beats_the_floor(name: str, policy: str) -> None:
-    """Every policy replays the floor's actions, and none finishes one or a step sooner."""
+    """Every action-level policy replays the floor's actions, and none finishes one or a
+    step sooner (static may: it starts a sandbox once per trajectory)."""
     workload = load_workload(WORKLOADS / f"{name}.yaml")
     floor = no_wait_floor(workload)
     result = simulate(workload, policy)
     summary = result.summary()
     assert len(result.acts) == floor.actions
-    assert len(result.steps) == floor.steps
+    assert len(result.steps) == len(floor.steps)
     assert summary["mean_act_s"] >= floor.mean_act_s - 1e-9
     assert summary["mean_step_s"] >= floor.mean_step_s - 1e-9
