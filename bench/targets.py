@@ -84,7 +84,8 @@ def verdict(
         row["savings_pct"] = savings(workload, seeds, target_s, executor)["saving_pct"]
         row["savings_bound_pct"] = savings_bound(workload, floors, target_s)
         if row["savings_pct"] < SAVINGS_PCT:
-            unreachable = row["savings_bound_pct"] < SAVINGS_PCT
+            # The bisection leaves the bound a hair under a threshold it meets exactly.
+            unreachable = row["savings_bound_pct"] < SAVINGS_PCT - 1e-6
             missed.append(f"savings < {SAVINGS_PCT:g}%" + (" (unreachable)" if unreachable else ""))
     row["missed"] = missed
     return row
@@ -117,7 +118,7 @@ def _reach(bound: list[float], target: float) -> str:
 
 HEAD = (
     f"{'workload':<14}{'ACT vs static':>16}{'at most':>16}{'step vs static':>16}{'at most':>14}"
-    f"{'savings (at most)':>17}"
+    f"{'saved (at most)':>17}"
     f"{'ACT vs fifo':>15}{'vs partitioned':>16}   missed"
 )
 
@@ -144,8 +145,8 @@ def line(row: dict[str, Any]) -> str:
 def summary(rows: list[dict[str, Any]]) -> str:
     held = sum(not row["missed"] for row in rows)
     return (
-        f"\nratios pooled (worst seed); 'at most': static over the no-wait floor, the most any"
-        f" policy could reach; targets: ACT >= {ACT_VS_STATIC:g}x static and better"
+        f"\nratios pooled (worst seed); '(at most)': the most any action-level policy could"
+        f" reach (tangram_sim.bound); targets: ACT >= {ACT_VS_STATIC:g}x static and better"
         f" than fifo and partitioned, step >= {STEP_VS_STATIC:g}x static, savings >="
         f" {SAVINGS_PCT:g}%\n{held} of {len(rows)} workloads meet every target"
     )

@@ -67,12 +67,9 @@ class Floor:
 
     @property
     def mean_step_s(self) -> float:
-        return self.mean_step_on(self.capacity)
-
-    def mean_step_on(self, capacity: Mapping[str, float]) -> float:
         if not self.steps:
             return 0.0
-        return sum(step.on(capacity) for step in self.steps) / len(self.steps)
+        return sum(step.on(self.capacity) for step in self.steps) / len(self.steps)
 
     def __add__(self, other: Floor) -> Floor:
         return Floor(
