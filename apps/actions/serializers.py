@@ -15,6 +15,39 @@ from apps.core.exceptions import ApplicationError
 from tangram_agent.protocol import SCORER_WARM_PREFIX
 
 
+def _refuse_nul(value: Any) -> None:
+    """Refuse a JSON value with a NUL character in any string, naming where: PostgreSQL
+    stores none (DRF's string fields refuse it already; JSON fields do not)."""
+    path: list[str] = []
+
+    def holds_nul(item: Any) -> bool:
+        if isinstance(item, str):
+            return "\x00" in item
+        if isinstance(item, dict):
+            children: Any = item.items()
+        elif isinstance(item, list):
+            children = enumerate(item)
+        else:
+            return False
+        for key, child in children:
+            if isinstance(key, str) and "\x00" in key:
+                return True
+            if holds_nul(child):
+                path.insert(0, str(key))
+                return True
+        return False
+
+    if not holds_nul(value):
+        return
+    detail: Any = [
+        "Contains a NUL character (\\u0000), which cannot be stored; encode binary data "
+        "(base64, say)."
+    ]
+    for key in reversed(path):
+        detail = {key: detail}
+    raise serializers.ValidationError(detail)
+
+
 class ElasticitySerializer(serializers.Serializer):
     min_units = serializers.IntegerField(min_value=1, max_value=1024, default=1)
     max_units = serializers.IntegerField(min_value=1, max_value=1024, default=1)
@@ -89,6 +122,7 @@ class ActionInputSerializer(serializers.Serializer):
     def validate_payload(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise serializers.ValidationError("Must be a JSON object.")
+        _refuse_nul(value)
         size = len(json.dumps(value))
         if size > settings.TANGRAM_MAX_PAYLOAD_BYTES:
             raise serializers.ValidationError(
@@ -99,6 +133,7 @@ class ActionInputSerializer(serializers.Serializer):
     def validate_demand(self, value: Any) -> dict[str, float]:
         if not isinstance(value, dict):
             raise serializers.ValidationError("Must be an object of resource kind to amount.")
+        _refuse_nul(value)
         errors: dict[str, str] = {}
         for kind, amount in value.items():
             if not is_resource_kind(kind):

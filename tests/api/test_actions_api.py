@@ -77,6 +77,17 @@ def test_submit_1000_at_once(owner, node):
             "payload.files",
         ),
         ({"type": "sleep", "payload": {"seconds": -1}}, "payload.seconds"),
+        ({"type": "sandbox.python", "payload": {"code": "print(1)\x00"}}, "payload.code"),
+        (
+            {"type": "sandbox.python", "payload": {"code": "x", "files": {"a.txt": "\x00"}}},
+            "payload.files.a.txt",
+        ),
+        (
+            {"type": "sandbox.python", "payload": {"code": "x", "args": ["", "\x00"]}},
+            "payload.args.1",
+        ),
+        ({"type": "sandbox.python", "payload": {"code": "x", "\x00": 1}}, "payload"),
+        ({**PY, "demand": {"api:\x00": 1}}, "demand"),
         ({"type": "reward.python", "payload": {"code": "x"}}, "payload.sample"),
         ({"type": "reward.python", "payload": {"sample": 1}}, "payload.code"),
         (
