@@ -588,6 +588,37 @@ def test_the_perturbation_bench_judges_each_variant(capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out == out and again == code  # the same seed, the same variants
 
 
+def test_unseen_workloads_are_valid_and_depend_only_on_the_seed() -> None:
+    import random
+
+    from bench.unseen import draw_workload
+
+    for seed in range(200):
+        raw = draw_workload(random.Random(seed), f"u{seed}")
+        assert raw == draw_workload(random.Random(seed), f"u{seed}")
+        workload = workload_from_dict(raw)  # the format's checks: every action runs somewhere
+        assert 1 <= len(workload.tasks) <= 4
+        assert {task.tenant for task in workload.tasks} <= set(workload.quotas)
+
+
+def test_the_unseen_bench_judges_each_workload_and_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.unseen import main
+
+    argv = ["--count", "2", "--seed", "3", "--seeds", "1", "--jobs", "1", "--keep", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    rows = [row for row in out.splitlines() if row.startswith("unseen-3-")]
+    assert len(rows) == 2 and "of 2 workloads meet every target" in out
+    assert "ACT vs fifo         better on" in out
+    kept = sorted(tmp_path.glob("*.yaml"))
+    assert [path.stem for path in kept] == ["unseen-3-0", "unseen-3-1"]
+    assert all(load_workload(path).tasks for path in kept)
+    main(argv)
+    assert capsys.readouterr().out == out
+
+
 def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> None:
     """A workload where tangram has nothing to gain over fifo misses targets, and says which."""
     from bench.targets import main
