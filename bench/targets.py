@@ -16,7 +16,8 @@ on the worst seed:
 
 Beside the ratios against ``static`` and the savings it prints the most any
 action-level policy could reach (``tangram_sim.bound``: every action started
-at once, warm, on its most units, each step at least its resource-seconds
+at once on its most units, but for a first setup and the queue for the pool's
+capacity, which no scheduler avoids; each step at least its resource-seconds
 over the pool), pooled and on the worst seed (JSON: ``act_bound``,
 ``step_bound``, ``savings_bound_pct``); a miss marked "unreachable" is one no
 scheduler could meet on that workload.

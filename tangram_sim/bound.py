@@ -1,14 +1,27 @@
 """What no policy can beat on a workload: every action starting the moment it is
-submitted, warm, on its most units, on a pool whose room is the only limit.
+submitted, on its most units, with only what no scheduler avoids: a model or
+image no node has yet, and the queue for the pool's capacity.
 
 An action's ACT is at least its sandbox start plus its run on its most units
-(Amdahl), whatever waits, setups or batches add. A step lasts at least its
-longest trajectory's think times and such actions, and at least the
-resource-seconds its actions hold of each kind over the pool's capacity of it
-(they all run inside the step), plus the trainer's time. Resource-seconds are
-counted at their least: the start and the run at minimum units for the unit
-kind (Amdahl: more units never cost fewer unit-seconds), the run on the most
-units for the other kinds, and a batchable call's share of a full batch.
+(Amdahl), whatever waits, setups or batches add. A trajectory's ACTs sum to its
+end less its think time, and it ends no sooner than:
+
+- its actions back to back after their thinks, where, in a task's first step,
+  an action whose affinity key only that task uses starts no sooner than the
+  key's setup after the first such action could be submitted (no node holds
+  it before); nor
+- per resource kind, the end of its last action holding the kind plus what
+  follows, where the trajectories' work of the kind, as one job each (from
+  its first such action's start), completes no sooner, sorted, than under
+  SRPT on one machine as fast as the pool's capacity of the kind (which no
+  schedule beats at completing jobs by any time).
+
+A step lasts at least its longest trajectory so bounded, and at least the
+resource-seconds its actions hold of each kind over the pool's capacity of it,
+plus the trainer's time. Resource-seconds are counted at their least: the start
+and the run at minimum units for the unit kind (Amdahl: more units never cost
+fewer unit-seconds), the run on the most units for the other kinds, and a
+batchable call's share of a full batch.
 
 Every policy replays the same trajectories (``draw_trajectory``), so these
 floors bound every action-level policy's mean ACT and mean step on the
@@ -21,13 +34,14 @@ workload.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tangram_policy.estimate import speedup
 from tangram_sim.baselines import build_nodes
-from tangram_sim.workload import ActionType, Workload, draw_trajectory
+from tangram_sim.workload import ActionType, Task, Workload, draw_trajectory
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,47 +109,181 @@ def action_floor_s(action: ActionType, run_s: float) -> float:
 
 
 def _hold(action: ActionType, run_s: float, work: dict[str, float]) -> None:
-    """Add the least resource-seconds of kind the action holds to ``work``."""
+    """Add the least resource-seconds of each kind the action holds to ``work``.
+
+    Of its unit kind, an elastic action holds the least at its minimum units
+    (Amdahl); of the others, the least on its most units, the fastest run.
+    """
     elasticity = action.elasticity
     fastest_s = run_s / speedup(elasticity, elasticity.max_units)
-    if action.batch_limit > 1:  # one demand for a whole batch of the limit, at best
-        marginal = min(max(action.batch_marginal, 0.0), 1.0)
-        limit = action.batch_limit
-        held_s = action.start_s / limit + fastest_s * ((1.0 - marginal) / limit + marginal)
-        for kind, amount in action.demand.items():
-            work[kind] = work.get(kind, 0.0) + amount * held_s
-        return
     elastic = elasticity.max_units > elasticity.min_units
+    limit = max(action.batch_limit, 1)
+    marginal = min(max(action.batch_marginal, 0.0), 1.0) if limit > 1 else 1.0
+    # A batch member's share of a full batch: one start, and of the run the
+    # marginal of its own plus an even part of the rest of the longest.
+    share = (1.0 - marginal) / limit + marginal
     for kind, amount in action.demand.items():
         slowest = elastic and kind == elasticity.unit_kind
-        held_s = action.start_s + (run_s if slowest else fastest_s)
+        held_s = action.start_s / limit + (run_s if slowest else fastest_s) * share
         work[kind] = work.get(kind, 0.0) + amount * held_s
+
+
+def srpt_completions(jobs: Sequence[tuple[float, float]]) -> list[float]:
+    """When each of ``jobs`` (release, processing) ends under preemptive shortest
+    remaining processing time first on one machine, ascending. No schedule of them
+    on that machine completes more of them by any time (Schrage, 1968)."""
+    pending = sorted(jobs)
+    left: list[float] = []
+    done: list[float] = []
+    now = 0.0
+    index = 0
+    while index < len(pending) or left:
+        if not left:
+            now = max(now, pending[index][0])
+        while index < len(pending) and pending[index][0] <= now:
+            heapq.heappush(left, pending[index][1])
+            index += 1
+        shortest = heapq.heappop(left)
+        release = pending[index][0] if index < len(pending) else math.inf
+        if now + shortest <= release:
+            now += shortest
+            done.append(now)
+        else:
+            heapq.heappush(left, shortest - (release - now))
+            now = release
+    return done
+
+
+@dataclass(slots=True)
+class _Trajectory:
+    """One trajectory without waits, from its step's start: when it ends, its
+    think time, and per kind its least resource-seconds, when the first action
+    holding the kind can start, and how long after the last one's end it ends."""
+
+    end_s: float
+    think_s: float
+    work: dict[str, float] = field(default_factory=dict)
+    release_s: dict[str, float] = field(default_factory=dict)
+    tail_s: dict[str, float] = field(default_factory=dict)
+
+
+def _set_up_by(task: Task, workload: Workload) -> dict[str, float]:
+    """Per affinity key only ``task`` uses, the least setup any of its types takes
+    with it: no node has it before one of the task's actions asks for it."""
+    others = {
+        key
+        for other in workload.tasks
+        if other is not task
+        for action in (*other.actions, *([other.reward] if other.reward else []))
+        for key in action.affinity
+    }
+    setup: dict[str, float] = {}
+    for action in (*task.actions, *([task.reward] if task.reward else [])):
+        for key in action.affinity - others:
+            setup[key] = min(setup.get(key, math.inf), action.setup_s)
+    return {key: seconds for key, seconds in setup.items() if seconds > 0}
+
+
+def _trajectory(
+    calls: list[tuple[float, ActionType, float]], ready: Mapping[str, float]
+) -> _Trajectory:
+    """``calls`` (think, action, run s) without waits but for setups: an action with a
+    key in ``ready`` starts no sooner than then, and what follows it later as much.
+    (A wait earlier in the trajectory only submits it later, so the least it adds
+    to the trajectory is the most any one action would wait for its setup.)"""
+    now = 0.0  # with the setups' waits
+    bare = 0.0  # without them: what follows an action takes at least this much more
+    trajectory = _Trajectory(0.0, 0.0)
+    ends: dict[str, float] = {}
+    for think, action, run_s in calls:
+        now += think
+        bare += think
+        trajectory.think_s += think
+        start = max([now, *(ready[key] for key in action.affinity if key in ready)])
+        floor_s = action_floor_s(action, run_s)
+        now = start + floor_s
+        bare += floor_s
+        held: dict[str, float] = {}
+        _hold(action, run_s, held)
+        for kind, amount in held.items():
+            if amount > 0:
+                trajectory.work[kind] = trajectory.work.get(kind, 0.0) + amount
+                trajectory.release_s.setdefault(kind, start)
+                ends[kind] = bare
+    trajectory.end_s = now
+    trajectory.tail_s = {kind: bare - end for kind, end in ends.items()}
+    return trajectory
+
+
+def _setups_done(
+    plans: list[list[tuple[float, ActionType, float]]], setups: Mapping[str, float]
+) -> dict[str, float]:
+    """When each key of ``setups`` is first ready in a task's first step: its first
+    action's submit without waits, plus the key's setup."""
+    ready: dict[str, float] = {}
+    for calls in plans:
+        now = 0.0
+        for think, action, run_s in calls:
+            now += think
+            for key in action.affinity:
+                if key in setups:
+                    ready[key] = min(ready.get(key, math.inf), now + setups[key])
+            now += action_floor_s(action, run_s)
+    return ready
+
+
+def _queued_act_s(trajectories: list[_Trajectory], capacity: Mapping[str, float]) -> float:
+    """The least sum of ACTs of one step's trajectories, counting queues.
+
+    A trajectory's ACTs sum to its end less its think time. It ends no sooner
+    than without waits; nor, for each kind, than its last action holding the
+    kind plus what follows it. No schedule completes more trajectories' work of
+    a kind by any time than SRPT on one machine as fast as the pool's capacity
+    of the kind, so matching those completions, sorted, to the trajectories'
+    other bounds, sorted too, bounds the sum of their ends.
+    """
+    ends = sum(t.end_s for t in trajectories)
+    best = ends
+    for kind, room in capacity.items():
+        holding = [t for t in trajectories if t.work.get(kind, 0.0) > 0]
+        if room <= 0 or not holding:
+            continue
+        done = srpt_completions([(t.release_s[kind], t.work[kind] / room) for t in holding])
+        # End >= tail + max(completion, floor end - tail): pair both sorted.
+        rest = sorted(t.end_s - t.tail_s[kind] for t in holding)
+        tails = sum(t.tail_s[kind] for t in holding)
+        queued = tails + sum(max(a, b) for a, b in zip(done, rest, strict=True))
+        best = max(best, ends - sum(t.end_s for t in holding) + queued)
+    return best - sum(t.think_s for t in trajectories)
 
 
 def no_wait_floor(workload: Workload) -> Floor:
     """The floors of ``workload`` at its seed (see the module)."""
+    room = capacity(workload)
     act_s = 0.0
     actions = 0
     steps: list[StepFloor] = []
     for task in workload.tasks:
+        setups = _set_up_by(task, workload)
         for step in range(task.steps):
-            longest = 0.0
-            work: dict[str, float] = {}
+            plans = []
             for index in range(task.trajectories):
                 turns, reward_s = draw_trajectory(workload.seed, task, step, index)
-                calls = [(action, run_s) for _, action, run_s in turns]
+                calls = list(turns)
                 if task.reward is not None and reward_s >= 0:
-                    calls.append((task.reward, reward_s))
-                trajectory_s = sum(think_s for think_s, _, _ in turns)
-                for action, run_s in calls:
-                    floor_s = action_floor_s(action, run_s)
-                    trajectory_s += floor_s
-                    act_s += floor_s
-                    actions += 1
-                    _hold(action, run_s, work)
-                longest = max(longest, trajectory_s)
+                    calls.append((0.0, task.reward, reward_s))
+                plans.append(calls)
+            ready = _setups_done(plans, setups) if step == 0 and setups else {}
+            trajectories = [_trajectory(calls, ready) for calls in plans]
+            actions += sum(len(calls) for calls in plans)
+            act_s += _queued_act_s(trajectories, room)
+            work: dict[str, float] = {}
+            for trajectory in trajectories:
+                for kind, amount in trajectory.work.items():
+                    work[kind] = work.get(kind, 0.0) + amount
+            longest = max((t.end_s for t in trajectories), default=0.0)
             steps.append(StepFloor(longest, task.train_s, work))
-    return Floor(act_s, actions, tuple(steps), capacity(workload))
+    return Floor(act_s, actions, tuple(steps), room)
 
 
 def savings_bound(

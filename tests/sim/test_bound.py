@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tangram_sim.bound import no_wait_floor, savings_bound
+from tangram_sim.bound import no_wait_floor, savings_bound, srpt_completions
 from tangram_sim.sim import simulate
 from tangram_sim.workload import load_workload, workload_from_dict
 
@@ -50,14 +51,63 @@ def _elastic_task() -> dict[str, Any]:
 
 
 def test_the_floor_by_hand() -> None:
-    """Each run 8 s / 4 units + 0.5 s start, setup ignored; a reward of 1 s."""
+    """Each run 8 s / 4 units + 0.5 s start; a reward of 1 s. In the first step the
+    image is set up 30 s after the first run is submitted, at 5 s: both wait to 35 s."""
     floor = no_wait_floor(workload_from_dict(_elastic_task()))
     assert floor.actions == 3 * 2 * 3  # steps x trajectories x (2 turns + reward)
-    assert floor.mean_act_s == pytest.approx((2.5 * 2 + 1.0) / 3)
-    assert len(floor.steps) == 3
-    # The longest trajectory binds: 36 cpu-seconds a step (2 x (2 x 8.5 + 1)) on 4 cores.
-    assert floor.mean_step_s == pytest.approx(5 + 2.5 + 5 + 2.5 + 1.0 + 10)
+    first = 35 + 2.5 + 5 + 2.5 + 1.0  # ends at 46 s, 10 s of it thinking
+    later = 5 + 2.5 + 5 + 2.5 + 1.0
+    assert floor.mean_act_s == pytest.approx(2 * ((first - 10) + 2 * (later - 10)) / 18)
+    assert [step.on(floor.capacity) for step in floor.steps] == pytest.approx(
+        [first + 10, later + 10, later + 10]
+    )
+    # 36 cpu-seconds a step (2 x (2 x 8.5 + 1)) on 4 cores: the trajectories bind.
     assert floor.steps[0].work == {"cpu": pytest.approx(36.0)}
+
+
+def test_a_key_another_task_uses_may_be_warm_already() -> None:
+    raw = _elastic_task()
+    other = {**raw["tasks"][0], "name": "u", "steps": 1}
+    raw["tasks"].append(other)
+    floor = no_wait_floor(workload_from_dict(raw))
+    assert floor.steps[0].chain_s == pytest.approx(5 + 2.5 + 5 + 2.5 + 1.0)
+
+
+def _queue(trajectories: int, cores: int) -> dict[str, Any]:
+    """Trajectories that each submit one 2 s call at once, on ``cores`` cores."""
+    return {
+        "name": "queue",
+        "pool": [{"name": "cpu", "count": 1, "capacity": {"cpu": cores}, "executors": ["s"]}],
+        "tasks": [
+            {
+                "name": "t",
+                "steps": 1,
+                "trajectories": trajectories,
+                "turns": 1,
+                "think_s": 0,
+                "actions": [
+                    {"type": "run", "executor": "s", "demand": {"cpu": 1}, "duration_s": 2},
+                ],
+            }
+        ],
+    }
+
+
+def test_a_queue_bounds_the_act_and_fifo_meets_it() -> None:
+    """Four 2 s calls at once on one core: at best they end at 2, 4, 6 and 8 s."""
+    workload = workload_from_dict(_queue(4, 1))
+    floor = no_wait_floor(workload)
+    assert floor.mean_act_s == pytest.approx((2 + 4 + 6 + 8) / 4)
+    assert simulate(workload, "fifo").summary()["mean_act_s"] == pytest.approx(5.0)
+    # On four cores nothing queues.
+    assert no_wait_floor(workload_from_dict(_queue(4, 4))).mean_act_s == pytest.approx(2.0)
+
+
+def test_srpt_by_hand() -> None:
+    """(release, processing): the 1 s job released at 1 s preempts the 3 s one."""
+    assert srpt_completions([(0.0, 3.0), (1.0, 1.0)]) == pytest.approx([2.0, 4.0])
+    assert srpt_completions([(5.0, 0.0), (0.0, 1.0), (0.0, 1.0)]) == pytest.approx([1, 2, 5])
+    assert srpt_completions([]) == []
 
 
 def test_a_small_pool_bounds_the_step_and_the_savings() -> None:
@@ -65,9 +115,11 @@ def test_a_small_pool_bounds_the_step_and_the_savings() -> None:
     match a 46 s step, no pool under a quarter of the four cores will do; to match
     a 26 s one, none under 2.25 cores; and nothing shortens it to 25 s."""
     raw = _elastic_task()
-    raw["pool"][0]["capacity"] = {"cpu": 1}
-    assert no_wait_floor(workload_from_dict(raw)).mean_step_s == pytest.approx(46.0)
-    workload = workload_from_dict(_elastic_task())
+    del raw["tasks"][0]["actions"][0]["affinity"]  # no setup: every step alike
+    small = json.loads(json.dumps(raw))
+    small["pool"][0]["capacity"] = {"cpu": 1}
+    assert no_wait_floor(workload_from_dict(small)).mean_step_s == pytest.approx(46.0)
+    workload = workload_from_dict(raw)
     floor = no_wait_floor(workload)
     assert savings_bound(workload, [floor], 46.0) == pytest.approx(75.0, abs=1e-6)
     # A 26 s step leaves 16 s for the 36 cpu-seconds: 2.25 of the 4 cores.
@@ -86,7 +138,7 @@ def test_seeds_pool_as_the_bench_pools_them() -> None:
     assert one.mean_act_s != two.mean_act_s  # the seed draws other trajectories
 
 
-@pytest.mark.parametrize("name", ["swe", "judge", "gpuburst"])
+@pytest.mark.parametrize("name", ["swe", "judge", "gpuburst", "rm", "gpuverify"])
 @pytest.mark.parametrize("policy", ["partitioned", "fifo", "tangram"])
 def test_no_policy_beats_the_floor(name: str, policy: str) -> None:
     """Every action-level policy replays the floor's actions, and none finishes one or a
