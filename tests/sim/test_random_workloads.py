@@ -4,7 +4,8 @@ The shipped workloads are a handful of shapes; users will write others. These
 draw pools, quotas (with lending limits), tasks and action types from the
 whole workload format, and check what must hold whatever the shape: no policy
 leaves an action that fits the pool unplaced, every action of the workload
-finishes exactly once and after it was submitted, every step is counted.
+finishes exactly once and after it was submitted, every step is counted, and
+no action-level policy beats the floors of ``tangram_sim.bound``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tangram_sim.bound import no_wait_floor
 from tangram_sim.sim import BASELINES, PolicyError, Simulation
 from tangram_sim.workload import workload_from_dict
 
@@ -222,6 +224,7 @@ def test_every_policy_finishes_every_action_of_a_random_workload(raw: dict[str, 
     steps = sum(task.steps for task in workload.tasks)
     finished: dict[str, int] = {}
     lending = any("lending_limit" in tenant for tenant in raw["tenants"])
+    floor = no_wait_floor(workload)
     for policy in POLICIES:
         simulation = Simulation(workload, policy, keep_records=True)
         try:
@@ -247,4 +250,8 @@ def test_every_policy_finishes_every_action_of_a_random_workload(raw: dict[str, 
             assert record.submitted <= record.started <= record.finished, (policy, record)
         if policy != "static":  # static's records hold its leases too
             finished[policy] = len(ids)
+            # No action-level policy beats what tangram_sim.bound says none can.
+            summary = result.summary()
+            assert summary["mean_act_s"] >= floor.mean_act_s - 1e-9, policy
+            assert summary["mean_step_s"] >= floor.mean_step_s - 1e-9, policy
     assert len(set(finished.values())) == 1, finished
