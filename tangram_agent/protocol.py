@@ -37,7 +37,9 @@ Server -> agent
   assign     {type, action: Assignment}
   cancel     {type, action, attempt}
   ack        {type, action, attempt}
-  error      {type, message}   (then the server closes the socket)
+  error      {type, message}   (then the server closes the socket; a malformed
+             message's names each field at fault, e.g. "malformed result
+             message: exit_code: ...", checked by apps.inventory.serializers)
   resize     {type, action, attempt, allocation, units}   (only to agents of protocol >= 5)
              The server changed a running elastic action's cores: it took some
              back for actions that wait, or gave it more while the pool is idle.

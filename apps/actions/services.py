@@ -144,15 +144,8 @@ def action_mark_started(
     return bool(changed)
 
 
-def _storable(text: str) -> str:
-    """``text`` with each NUL as U+FFFD: PostgreSQL text holds no NUL, and a program
-    that prints one must still get its result stored."""
-    return text.replace("\x00", "\ufffd")
-
-
 def _cap(text: str, truncated: bool) -> tuple[str, bool]:
     cap = settings.TANGRAM_OUTPUT_CAP_BYTES
-    text = _storable(text)
     data = text.encode(errors="replace")
     if len(data) <= cap:
         return text, truncated
@@ -181,7 +174,7 @@ def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
         stderr=stderr,
         stdout_truncated=stdout_truncated,
         stderr_truncated=stderr_truncated,
-        error=_storable(result.get("error", "")[:10_000]),
+        error=result.get("error", "")[:10_000],
         finished_at=finished_at,
         started_at=Coalesce(F("started_at"), Value(started, output_field=DateTimeField())),
     )

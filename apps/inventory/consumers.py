@@ -14,11 +14,14 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from rest_framework import serializers
 
 from apps.actions.services import action_mark_started, action_record_result
+from apps.core.api import flatten_errors
 from apps.core.events import agent_group
 from apps.core.exceptions import ApplicationError
 from apps.inventory import selectors, services
+from apps.inventory.serializers import MESSAGES, checked_message
 from tangram_agent.protocol import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RESIZE_PROTOCOL
 
 logger = logging.getLogger(__name__)
@@ -98,6 +101,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self._refuse("the first message must be 'register'")
             return
         try:
+            sent = content
+            if kind in MESSAGES:
+                content = checked_message(kind, content)
             if kind == "register":
                 await self._register(content)
             elif kind == "heartbeat":
@@ -114,7 +120,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await database_sync_to_async(action_mark_started)(
                     node_id=self.node_id,
                     action_id=content["action"],
-                    attempt=int(content["attempt"]),
+                    attempt=content["attempt"],
                     started_at=self._on_server_clock(content["started_at"]),
                 )
             elif kind == "result":
@@ -126,11 +132,18 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await database_sync_to_async(action_record_result)(
                     node_id=self.node_id, result=result
                 )
+                # As sent: the agent matches the ack to what it keeps.
                 await self.send_json(
-                    {"type": "ack", "action": content["action"], "attempt": content["attempt"]}
+                    {"type": "ack", "action": sent["action"], "attempt": sent["attempt"]}
                 )
             else:
                 await self._refuse(f"unknown message type {kind!r}")
+        except serializers.ValidationError as exc:
+            fields = "; ".join(
+                f"{field}: {' '.join(messages)}"
+                for field, messages in flatten_errors(exc.detail).items()
+            )
+            await self._refuse(f"malformed {kind} message: {fields}")
         except (KeyError, TypeError, ValueError) as exc:
             await self._refuse(f"malformed {kind} message: {exc!r}")
 

@@ -104,7 +104,7 @@ def _checked_gpu_groups(message: Register) -> list[list[str]]:
     declared = message["capacity"].get("gpu", 0)
     if count != declared:
         raise ApplicationError(
-            f"gpu_groups list {count} GPU(s) but capacity gpu is {declared!r}.",
+            f"gpu_groups list {count} GPU(s) but capacity gpu is {declared:g}.",
             field="gpu_groups",
         )
     return groups
@@ -112,7 +112,7 @@ def _checked_gpu_groups(message: Register) -> list[list[str]]:
 
 def _checked_warm(node: Any, warm: Any) -> list[str] | None:
     """``warm`` if it is a list of at most MAX_WARM_KEYS keys, each a string of at most
-    MAX_WARM_KEY_LENGTH characters; else None, with a warning.
+    MAX_WARM_KEY_LENGTH characters and no NUL; else None, with a warning.
 
     A malformed report is ignored rather than refused: warm state only steers
     placement, and dropping the agent for it would lose its running actions.
@@ -120,7 +120,10 @@ def _checked_warm(node: Any, warm: Any) -> list[str] | None:
     if (
         isinstance(warm, list)
         and len(warm) <= MAX_WARM_KEYS
-        and all(isinstance(key, str) and len(key) <= MAX_WARM_KEY_LENGTH for key in warm)
+        and all(
+            isinstance(key, str) and len(key) <= MAX_WARM_KEY_LENGTH and "\x00" not in key
+            for key in warm
+        )
     ):
         return warm
     logger.warning(

@@ -150,16 +150,3 @@ def test_a_result_that_overtakes_started_fills_started_at_once():
     )
     action.refresh_from_db()
     assert action.started_at.timestamp() == 1000.0
-
-
-def test_output_with_nul_characters_is_kept_with_them_replaced():
-    """PostgreSQL text holds no NUL: a program that prints one still gets its result."""
-    action = _placed()
-    recorded = action_record_result(
-        node_id=action.node_id,
-        result=_result(action, stdout="a\x00b", stderr="\x00", error="bad\x00"),
-    )
-    assert recorded
-    action.refresh_from_db()
-    assert (action.state, action.stdout, action.stderr) == ("succeeded", "a\ufffdb", "\ufffd")
-    assert action.error == "bad\ufffd"

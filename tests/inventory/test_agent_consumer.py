@@ -165,6 +165,63 @@ async def _refused(agent_token: str, message: dict) -> str:
     return reply["message"]
 
 
+async def test_a_result_with_nul_in_its_output_is_stored_with_them_replaced(agent_token):
+    """PostgreSQL text holds no NUL: a program that prints one still gets its result."""
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_register())
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    action = await database_sync_to_async(ActionFactory)(demand={"cpu": 1})
+    assert (await database_sync_to_async(schedule_round)()).placed == 1
+    assert (await communicator.receive_json_from(timeout=5))["type"] == "assign"
+    now = time.time()
+    result = succeeded_result(action.pk, 1, started_at=now, finished_at=now + 0.1)
+    await communicator.send_json_to(
+        {**result, "stdout": "a\x00b", "stderr": "\x00", "error": "e\x00"}
+    )
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    await communicator.disconnect()
+    stored = await database_sync_to_async(Action.objects.get)(pk=action.pk)
+    assert (stored.state, stored.stdout, stored.stderr) == ("succeeded", "a\ufffdb", "\ufffd")
+    assert stored.error == "e\ufffd"
+
+
+NOW = 1.7e9
+SOME_ID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+
+
+def _result(**changes) -> dict:
+    return {**succeeded_result(SOME_ID, 1, started_at=NOW, finished_at=NOW), **changes}
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (_result(action="not-a-uuid"), "action"),
+        (_result(attempt=10**30), "attempt"),
+        (_result(state="exploded"), "state"),
+        (_result(exit_code=10**20), "exit_code"),
+        (_result(stdout=["x"]), "stdout"),
+        (_result(finished_at=1e300), "finished_at"),
+        (_result(started_at=-1), "started_at"),
+        ({"type": "started", "action": "zz", "attempt": 1, "started_at": NOW}, "action"),
+        ({"type": "started", "action": SOME_ID, "attempt": 0, "started_at": NOW}, "attempt"),
+        ({"type": "heartbeat", "running": [{"action": "x", "attempt": 1}]}, "running.0.action"),
+        ({"type": "heartbeat", "running": "x"}, "running"),
+    ],
+)
+async def test_a_malformed_message_is_refused_naming_its_field(agent_token, message, field):
+    """Before any service stores it: an agent's bug gets a message, not a dropped socket."""
+    communicator = await _connect(agent_token)
+    await communicator.send_json_to(_register())
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    await communicator.send_json_to(message)
+    reply = await communicator.receive_json_from()
+    assert reply["type"] == "error", reply
+    assert reply["message"].startswith(f"malformed {message['type']} message: {field}: "), reply
+    assert (await communicator.receive_output())["type"] == "websocket.close"
+    await communicator.disconnect()
+
+
 def _gpu_register(groups, gpu: float) -> dict:
     message = _register("gpu-node")
     message["capacity"] = {**message["capacity"], "gpu": gpu}
@@ -189,6 +246,23 @@ async def test_a_register_with_bad_gpu_groups_is_refused(agent_token, groups, gp
     message = await _refused(agent_token, _gpu_register(groups, gpu))
     assert message.startswith("register refused: gpu_groups") and complaint in message, message
     assert not await database_sync_to_async(Node.objects.filter(name="gpu-node").exists)()
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"labels": {"zone\x00": "a"}}, "labels"),
+        ({"labels": {"zone": "a\x00"}}, "labels.zone"),
+        ({"node": "n" * 129}, "node"),
+        ({"capacity": {"cpu": -1}}, "capacity.cpu"),
+        ({"executors": "sleep"}, "executors"),
+        ({"running": [{"action": SOME_ID, "attempt": "first"}]}, "running.0.attempt"),
+    ],
+)
+async def test_a_malformed_register_is_refused_naming_its_field(agent_token, change, field):
+    message = await _refused(agent_token, {**_register(), **change})
+    assert message.startswith(f"malformed register message: {field}: "), message
+    assert not await database_sync_to_async(Node.objects.exists)()
 
 
 async def test_a_register_with_an_unknown_protocol_is_refused(agent_token):
@@ -406,6 +480,7 @@ async def test_a_heartbeats_warm_keys_are_stored_and_one_without_them_leaves_the
         [["scorer:abc"]],
         ["x" * 201],
         [f"scorer:{i}" for i in range(65)],
+        ["scorer:\x00"],
     ],
 )
 async def test_a_malformed_warm_is_ignored_and_the_agent_stays_connected(agent_token, caplog, warm):
