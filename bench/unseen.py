@@ -62,31 +62,37 @@ def _image(rng: random.Random, name: str) -> Raw:
     return {"affinity": [f"image:{name}"], "setup_s": rng.choice((10, 20, 45))}
 
 
+def _sandbox(kind: str, demand: Raw, duration_s: Raw, start_s: float, **more: Any) -> Raw:
+    """A sandbox action type; ``more`` adds fields (binding, elasticity, an image)."""
+    return {
+        "type": kind,
+        "executor": "sandbox",
+        "demand": demand,
+        "duration_s": duration_s,
+        "start_s": start_s,
+        **more,
+    }
+
+
 def _interpreter(rng: random.Random, name: str) -> Raw:
     image = _image(rng, name)
+    trajectories = rng.choice((64, 128, 256, 384))
+    turns = _turns(rng, 2, 12)
+    think_s = _lognormal(rng, 4, 30, (0.3, 0.9))
+    memory = rng.choice((1024, 2048))
+    python = _sandbox(
+        "python", {"cpu": 1, "memory": memory}, _lognormal(rng, 0.3, 5, (0.5, 2.0)), 0.3, **image
+    )
+    verify_s = _lognormal(rng, 0.3, 3, (0.3, 1.0))
+    verify = _sandbox(
+        "verify", {"cpu": 1, "memory": 1024}, verify_s, 0.3, binding="trajectory", **image
+    )
     return {
-        "trajectories": rng.choice((64, 128, 256, 384)),
-        "turns": _turns(rng, 2, 12),
-        "think_s": _lognormal(rng, 4, 30, (0.3, 0.9)),
-        "actions": [
-            {
-                "type": "python",
-                "executor": "sandbox",
-                "demand": {"cpu": 1, "memory": rng.choice((1024, 2048))},
-                "duration_s": _lognormal(rng, 0.3, 5, (0.5, 2.0)),
-                "start_s": 0.3,
-                **image,
-            }
-        ],
-        "reward": {
-            "type": "verify",
-            "executor": "sandbox",
-            "binding": "trajectory",
-            "demand": {"cpu": 1, "memory": 1024},
-            "duration_s": _lognormal(rng, 0.3, 3, (0.3, 1.0)),
-            "start_s": 0.3,
-            **image,
-        },
+        "trajectories": trajectories,
+        "turns": turns,
+        "think_s": think_s,
+        "actions": [python],
+        "reward": verify,
     }
 
 
@@ -98,40 +104,23 @@ def _coding(rng: random.Random, name: str) -> Raw:
         "max_units": rng.choice((4, 8)),
         "parallel_fraction": rng.choice((0.7, 0.85, 0.95)),
     }
+    demand = {"cpu": cores, "memory": 2048 * cores}
+    trajectories = rng.choice((16, 32, 64, 96))
+    turns = _turns(rng, 4, 16)
+    think_s = _lognormal(rng, 8, 40, (0.3, 0.8))
+    weight = rng.choice((2, 3, 4))
+    edit = _sandbox("edit", demand, _lognormal(rng, 0.5, 4, (0.4, 1.0)), 1, weight=weight, **image)
+    test_s = _lognormal(rng, 15, 90, (0.3, 0.8))
+    test = _sandbox("test", demand, test_s, 1, elasticity=tests, **image)
+    hidden_s = _lognormal(rng, 20, 120, (0.3, 0.6))
     return {
-        "trajectories": rng.choice((16, 32, 64, 96)),
-        "turns": _turns(rng, 4, 16),
-        "think_s": _lognormal(rng, 8, 40, (0.3, 0.8)),
-        "actions": [
-            {
-                "type": "edit",
-                "executor": "sandbox",
-                "weight": rng.choice((2, 3, 4)),
-                "demand": {"cpu": cores, "memory": 2048 * cores},
-                "duration_s": _lognormal(rng, 0.5, 4, (0.4, 1.0)),
-                "start_s": 1,
-                **image,
-            },
-            {
-                "type": "test",
-                "executor": "sandbox",
-                "demand": {"cpu": cores, "memory": 2048 * cores},
-                "elasticity": tests,
-                "duration_s": _lognormal(rng, 15, 90, (0.3, 0.8)),
-                "start_s": 1,
-                **image,
-            },
-        ],
-        "reward": {
-            "type": "hidden_tests",
-            "executor": "sandbox",
-            "binding": "trajectory",
-            "demand": {"cpu": cores, "memory": 2048 * cores},
-            "elasticity": tests,
-            "duration_s": _lognormal(rng, 20, 120, (0.3, 0.6)),
-            "start_s": 1,
-            **image,
-        },
+        "trajectories": trajectories,
+        "turns": turns,
+        "think_s": think_s,
+        "actions": [edit, test],
+        "reward": _sandbox(
+            "hidden_tests", demand, hidden_s, 1, binding="trajectory", elasticity=tests, **image
+        ),
     }
 
 
@@ -177,13 +166,7 @@ def _api_agent(rng: random.Random, name: str) -> Raw:
                 "demand": {"api:search": 1},
                 "duration_s": _lognormal(rng, 0.5, 4, (0.3, 0.8)),
             },
-            {
-                "type": "run",
-                "executor": "sandbox",
-                "demand": {"cpu": 1, "memory": 2048},
-                "duration_s": _lognormal(rng, 0.5, 8, (0.5, 1.5)),
-                "start_s": 0.3,
-            },
+            _sandbox("run", {"cpu": 1, "memory": 2048}, _lognormal(rng, 0.5, 8, (0.5, 1.5)), 0.3),
         ],
         "reward": {
             "type": "judge",
@@ -236,14 +219,18 @@ SHAPES: dict[str, Callable[[random.Random, str], Raw]] = {
 }
 
 
+def _calls(task: Raw) -> list[Raw]:
+    return [*task.get("actions", ()), *([task["reward"]] if "reward" in task else ())]
+
+
 def _kinds(task: Raw) -> set[str]:
-    calls = [*task.get("actions", ()), *([task["reward"]] if "reward" in task else ())]
-    return {kind for call in calls for kind in call["demand"] if kind not in ("memory",)}
+    return {kind for call in _calls(task) for kind in call["demand"] if kind != "memory"}
 
 
 def _sandboxes(task: Raw) -> int:
-    """The cores ``static`` holds for ``task``'s trajectories at once (its sandboxes)."""
-    calls = [*task.get("actions", ()), *([task["reward"]] if "reward" in task else ())]
+    """The cores ``static`` holds for ``task``'s trajectories at once (their sandboxes);
+    where its sandbox calls are task-bound, room for 16 of its largest."""
+    calls = _calls(task)
     bound = [
         c["demand"].get("cpu", 0) for c in calls if c.get("binding", "trajectory") == "trajectory"
     ]
@@ -254,11 +241,7 @@ def _sandboxes(task: Raw) -> int:
 
 
 def _pool(rng: random.Random, tasks: list[Raw]) -> list[Raw]:
-    executors = {
-        call["executor"]
-        for task in tasks
-        for call in (*task.get("actions", ()), *([task["reward"]] if "reward" in task else ()))
-    }
+    executors = {call["executor"] for task in tasks for call in _calls(task)}
     pool: list[Raw] = []
     if "sandbox" in executors:
         wanted = sum(_sandboxes(task) for task in tasks) * rng.uniform(0.25, 1.0)
