@@ -103,6 +103,23 @@ def test_a_queue_bounds_the_act_and_fifo_meets_it() -> None:
     assert no_wait_floor(workload_from_dict(_queue(4, 4))).mean_act_s == pytest.approx(2.0)
 
 
+def test_a_batch_member_holds_its_share_of_a_full_batch_at_its_minimum_units() -> None:
+    """A batch of 4 runs the longest plus 0.2 of each other: of an 8 s call, at best
+    8 x (0.8 / 4 + 0.2) = 3.2 GPU-seconds, at one GPU (more would hold more), while
+    alone on its four GPUs it could end in 2 s."""
+    raw = _queue(1, 1)
+    raw["pool"][0]["capacity"] = {"gpu": 4}
+    raw["tasks"][0]["actions"][0].update(
+        demand={"gpu": 1},
+        duration_s=8,
+        batch={"limit": 4, "marginal": 0.2},
+        elasticity={"min_units": 1, "max_units": 4, "parallel_fraction": 1.0, "unit_kind": "gpu"},
+    )
+    floor = no_wait_floor(workload_from_dict(raw))
+    assert floor.steps[0].work == {"gpu": pytest.approx(3.2)}
+    assert floor.mean_act_s == pytest.approx(2.0)
+
+
 def test_srpt_by_hand() -> None:
     """(release, processing): the 1 s job released at 1 s preempts the 3 s one."""
     assert srpt_completions([(0.0, 3.0), (1.0, 1.0)]) == pytest.approx([2.0, 4.0])
