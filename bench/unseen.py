@@ -2,6 +2,7 @@
 
     python -m bench.unseen --count 24 --seed 1
     python -m bench.unseen --count 8 --seed 2 --seeds 1,2,3 --savings --keep /tmp/unseen
+    python -m bench.unseen --pool-share 0.25,0.5      # as contended as most shipped pools
 
 The shipped workloads were each written for a reason, and several changed the
 policy after they were run; the issue asks that the targets hold on workloads
@@ -11,7 +12,7 @@ the workload format's parts: one to four tasks, each of one of ``SHAPES``
 judge with a model load, tool calls on rate-limited APIs, long elastic
 offline jobs), with their sizes, durations, setups and quotas drawn too; one
 to three tenants sharing guarantees of the pool; and a pool drawn between a
-quarter and all of what ``static``'s sandboxes need. ``bench.targets`` judges
+quarter and all of the cores ``static``'s sandboxes need (``--pool-share``). ``bench.targets`` judges
 each (same policies, seeds and verdicts), and the summary counts how often
 tangram beats ``fifo`` and ``partitioned``. ``--keep DIR`` writes each
 workload's YAML, so that ``bench.policy`` can replay any row.
@@ -235,16 +236,16 @@ def _sandboxes(task: Raw) -> int:
         c["demand"].get("cpu", 0) for c in calls if c.get("binding", "trajectory") == "trajectory"
     ]
     if bound:
-        return task["trajectories"] * max(bound)
+        return int(task["trajectories"] * max(bound))
     tasked = [c for c in calls if c["executor"] == "sandbox"]
     return 16 * max((c["demand"]["cpu"] for c in tasked), default=0)
 
 
-def _pool(rng: random.Random, tasks: list[Raw]) -> list[Raw]:
+def _pool(rng: random.Random, tasks: list[Raw], share: tuple[float, float]) -> list[Raw]:
     executors = {call["executor"] for task in tasks for call in _calls(task)}
     pool: list[Raw] = []
     if "sandbox" in executors:
-        wanted = sum(_sandboxes(task) for task in tasks) * rng.uniform(0.25, 1.0)
+        wanted = sum(_sandboxes(task) for task in tasks) * rng.uniform(*share)
         cores = rng.choice((16, 32, 64))
         count = max(2, math.ceil(wanted / cores))
         pool.append(
@@ -299,7 +300,7 @@ def _tenants(rng: random.Random, tasks: list[Raw], pool: list[Raw]) -> list[Raw]
         for kind, amount in group["capacity"].items():
             if kind != "memory" and kind != "gpu_memory":
                 total[kind] = total.get(kind, 0.0) + amount * group["count"]
-    uses = {name: set() for name in names}
+    uses: dict[str, set[str]] = {name: set() for name in names}
     for task in tasks:
         uses[task["tenant"]] |= _kinds(task)
     tenants = []
@@ -316,17 +317,22 @@ def _tenants(rng: random.Random, tasks: list[Raw], pool: list[Raw]) -> list[Raw]
     return tenants
 
 
-def draw_workload(rng: random.Random, name: str) -> Raw:
-    """One random workload in the YAML format's dict form (see the module)."""
+#: The cores drawn, as a share of what ``static``'s sandboxes need.
+POOL_SHARE = (0.25, 1.0)
+
+
+def draw_workload(rng: random.Random, name: str, *, share: tuple[float, float] = POOL_SHARE) -> Raw:
+    """One random workload in the YAML format's dict form (see the module), its cores
+    drawn in ``share`` of what ``static``'s sandboxes need."""
     shapes = rng.sample(sorted(SHAPES), rng.randint(1, 4))
-    tasks = []
+    tasks: list[Raw] = []
     for shape in shapes:
         task = {"name": shape, **SHAPES[shape](rng, shape)}
         task["steps"] = rng.randint(2, 4)
         task["train_s"] = rng.choice((10, 20, 40))
         task["start_s"] = 0 if not tasks or rng.random() < 0.5 else rng.choice((30, 60, 120))
         tasks.append(task)
-    pool = _pool(rng, tasks)
+    pool = _pool(rng, tasks, share)
     return {
         "name": name,
         "seed": 1,
@@ -347,11 +353,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2", help="simulation seeds, e.g. 1,2,3")
     parser.add_argument("--savings", action="store_true", help="also bisect the pool (slow)")
     parser.add_argument("--keep", type=Path, help="write each workload's YAML here")
+    parser.add_argument(
+        "--pool-share",
+        default=",".join(f"{x:g}" for x in POOL_SHARE),
+        help="LOW,HIGH: the cores drawn, as a share of what static's sandboxes need",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error(f"--count: expected at least 1, got {args.count}")
     seeds = parse_seeds(parser, args.seeds)
+    share = _share(parser, args.pool_share)
     rng = random.Random(args.seed)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -359,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:
         for number in range(args.count):
-            raw = draw_workload(rng, f"unseen-{args.seed}-{number}")
+            raw = draw_workload(rng, f"unseen-{args.seed}-{number}", share=share)
             if args.keep is not None:
                 path = args.keep / f"{raw['name']}.yaml"
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -371,6 +383,16 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(rows))
     print(beaten(rows))
     return 0
+
+
+def _share(parser: argparse.ArgumentParser, text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        parser.error(f"--pool-share: expected LOW,HIGH, got {text!r}")
+    if not 0 < low <= high:
+        parser.error(f"--pool-share: expected 0 < LOW <= HIGH, got {text!r}")
+    return low, high
 
 
 def beaten(rows: list[dict[str, Any]]) -> str:

@@ -617,6 +617,10 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
     assert all(load_workload(path).tasks for path in kept)
     main(argv)
     assert capsys.readouterr().out == out
+    for bad in ("x", "0.5,0.2", "0,1"):
+        with pytest.raises(SystemExit) as exited:
+            main(["--pool-share", bad])
+        assert exited.value.code == 2 and "--pool-share" in capsys.readouterr().err
 
 
 def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> None:
