@@ -12,10 +12,10 @@ the workload format's parts: one to four tasks, each of one of ``SHAPES``
 judge with a model load, tool calls on rate-limited APIs, long elastic
 offline jobs), with their sizes, durations, setups and quotas drawn too; one
 to three tenants sharing guarantees of the pool; and a pool drawn between a
-quarter and all of the cores ``static``'s sandboxes need (``--pool-share``). ``bench.targets`` judges
-each (same policies, seeds and verdicts), and the summary counts how often
-tangram beats ``fifo`` and ``partitioned``. ``--keep DIR`` writes each
-workload's YAML, so that ``bench.policy`` can replay any row.
+quarter and all of the cores ``static``'s sandboxes need (``--pool-share``).
+``bench.targets`` judges each (same policies, seeds and verdicts), and the
+summary counts how often tangram beats ``fifo`` and ``partitioned``. ``--keep
+DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
 """
 
 from __future__ import annotations
