@@ -69,10 +69,6 @@ def _group_nodes(group: NodeGroup) -> list[tuple[str, dict[str, float]]]:
     return out
 
 
-def _task_types(task: Task) -> list[ActionType]:
-    return [*task.actions, *([task.reward] if task.reward else [])]
-
-
 def _expected_load(task: Task, group: NodeGroup, types: list[ActionType]) -> float:
     turns = task.turns.expected() if task.actions else 0.0
     total_weight = sum(a.weight for a in task.actions) or 1.0
@@ -124,7 +120,7 @@ def _parties(
     """Who gets a fixed share of ``group``: party -> (executors, weight)."""
     users: dict[str, tuple[Task, list[ActionType]]] = {}
     for task in workload.tasks:
-        types = [a for a in _task_types(task) if a.executor in group.executors]
+        types = [a for a in task.types if a.executor in group.executors]
         if types:
             users[task.name] = (task, types)
     if policy == "partitioned":
@@ -197,7 +193,7 @@ def _demands(workload: Workload) -> dict[str, Mapping[str, float]]:
     out: dict[str, Mapping[str, float]] = {}
     for task in workload.tasks:
         lease: dict[str, float] = {}
-        for action in _task_types(task):
+        for action in task.types:
             out[action.id] = action.demand
             if action.binding == "trajectory":
                 for kind, amount in action.demand.items():

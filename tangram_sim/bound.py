@@ -174,11 +174,11 @@ def _set_up_by(task: Task, workload: Workload) -> dict[str, float]:
         key
         for other in workload.tasks
         if other is not task
-        for action in (*other.actions, *([other.reward] if other.reward else []))
+        for action in other.types
         for key in action.affinity
     }
     setup: dict[str, float] = {}
-    for action in (*task.actions, *([task.reward] if task.reward else [])):
+    for action in task.types:
         for key in action.affinity - others:
             setup[key] = min(setup.get(key, math.inf), action.setup_s)
     return {key: seconds for key, seconds in setup.items() if seconds > 0}

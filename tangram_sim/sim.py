@@ -999,11 +999,7 @@ class Simulation:
 
 def _lease_type(task: Task) -> ActionType | None:
     """The sandbox a trajectory holds in ``static``: its largest trajectory-bound demand."""
-    bound = [
-        a
-        for a in (*task.actions, *([task.reward] if task.reward else []))
-        if a.binding == "trajectory"
-    ]
+    bound = [a for a in task.types if a.binding == "trajectory"]
     if not bound:
         return None
     demand: dict[str, float] = {}

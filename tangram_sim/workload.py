@@ -101,6 +101,11 @@ class Task:
     #: Offset of the first step (tasks of a mix need not start together).
     start_s: float = 0.0
 
+    @property
+    def types(self) -> tuple[ActionType, ...]:
+        """Its action types, the reward's last."""
+        return (*self.actions, *((self.reward,) if self.reward else ()))
+
 
 #: A trajectory's turns: (LLM think s before it, the action, its run s at minimum units).
 Turns = list[tuple[float, ActionType, float]]
@@ -173,7 +178,7 @@ class Workload:
     def action_types(self) -> dict[str, ActionType]:
         out: dict[str, ActionType] = {}
         for task in self.tasks:
-            for action in (*task.actions, *([task.reward] if task.reward else [])):
+            for action in task.types:
                 out[action.id] = action
         return out
 
