@@ -19,6 +19,10 @@ COLD_START_PRIOR_S = 10.0
 PRIOR_WEIGHT = 2.0
 #: Shortest run a batch's cost is measured against.
 MIN_RUN_S = 1e-3
+#: The marginal assumed of a batch type none of whose batches has been measured
+#: yet. Not 0 (batching is free): a judge that reasons at length gains little from
+#: batching, and a first wave of 32 such calls ran 17 times one call (bench.unseen).
+BATCH_MARGINAL_PRIOR = 0.25
 #: EWMA factor once ``stat_update`` has seen more than ``1 / EWMA_ALPHA`` actions.
 EWMA_ALPHA = 0.05
 
@@ -69,11 +73,13 @@ def batch_update(
     )
 
 
-def expected_marginal(stat: BatchStat) -> float:
-    """The observed marginal, blended with a prior of 0 (batching is free) weighing
-    ``PRIOR_WEIGHT`` batches: one slow batch (a model loading inside it) must not
-    stop batching, and with it the observations that would correct it."""
-    return stat.marginal * stat.count / (stat.count + PRIOR_WEIGHT)
+def expected_marginal(stat: BatchStat | None) -> float:
+    """The observed marginal, blended with ``BATCH_MARGINAL_PRIOR`` weighing
+    ``PRIOR_WEIGHT`` batches; the prior alone before any batch was measured."""
+    if stat is None:
+        return BATCH_MARGINAL_PRIOR
+    prior = BATCH_MARGINAL_PRIOR * PRIOR_WEIGHT
+    return (stat.marginal * stat.count + prior) / (stat.count + PRIOR_WEIGHT)
 
 
 def type_priors(stats: Mapping[tuple[str, str], DurationStat]) -> dict[str, float]:

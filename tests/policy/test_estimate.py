@@ -79,10 +79,12 @@ def test_a_batch_costs_what_it_ran_beyond_one_member_per_extra_member() -> None:
     assert batch_update(None, 1.0, 4, 2.0).marginal == 0.0
 
 
-def test_one_slow_batch_does_not_settle_the_marginal() -> None:
-    """Blended with a prior of free batching worth two batches."""
-    assert expected_marginal(BatchStat(count=1, marginal=0.9)) == pytest.approx(0.3)
-    assert expected_marginal(BatchStat(count=98, marginal=0.9)) == pytest.approx(0.882)
+def test_one_batch_does_not_settle_the_marginal() -> None:
+    """Blended with a prior of 0.25 worth two batches; the prior alone before any."""
+    assert expected_marginal(None) == 0.25
+    assert expected_marginal(BatchStat(count=1, marginal=0.9)) == pytest.approx(1.4 / 3)
+    assert expected_marginal(BatchStat(count=1, marginal=0.0)) == pytest.approx(0.5 / 3)
+    assert expected_marginal(BatchStat(count=98, marginal=0.9)) == pytest.approx(0.887)
 
 
 def test_a_batch_is_measured_against_runs_seen_alone() -> None:

@@ -510,6 +510,23 @@ def test_reward_actions_batch_only_where_it_has_paid() -> None:
         assert all((p.batch_id is not None) == batched for p in placements)
 
 
+def test_one_wave_of_batches_only_where_batching_is_known_to_be_cheap() -> None:
+    """32 calls, one free GPU, batches of up to 32: one wave of all 32 only once a
+    marginal under 0.25 is learned. Unmeasured, or learned at 0.3, batches of 8 (four
+    waves of 2.75 or 3.1 runs) end the members sooner than one of 32 (8.75 or 10.2)."""
+    node = Node("g", {"gpu": 1.0}, frozenset({"reward"}), gpu_groups=(("g0",),))
+    reward = [
+        _action(f"r{i}", type="reward", demand={"gpu": 1.0}, batch_key="rm", batch_limit=32)
+        for i in range(32)
+    ]
+    for learned, size in ((None, 8), (0.3, 8), (0.1, 32)):
+        stats = {} if learned is None else {("t", "reward"): BatchStat(50, learned)}
+        snapshot = replace(_snapshot([node], reward), batch_stats=stats)
+        placements = get_policy("tangram").decide(snapshot).placements
+        assert len(placements) == size
+        assert len({p.batch_id for p in placements}) == 1
+
+
 def test_borrowers_share_idle_capacity_by_weight() -> None:
     quotas = {
         "heavy": TenantQuota("heavy", {}, {"cpu": 100.0}, weight=2.0),
