@@ -171,6 +171,24 @@ def test_reward_calls_coalesce_into_a_batch_when_they_queue() -> None:
     assert simulate(workload, "tangram-no-batching").acts == pytest.approx(fifo.acts)
 
 
+def test_a_batch_type_never_measured_is_sized_not_sent_in_one_wave() -> None:
+    """16 calls of 2 s at once on one GPU, batches of up to 16 at a marginal of 0.5.
+
+    One wave of 16 would run 2 + 0.5 x 15 x 2 = 17 s: every member's ACT 17, as
+    fifo's mean. Unmeasured, a batch is assumed to cost 0.25 a member: 8 now
+    (9 s), then, nothing yet seen alone to measure against, 4 and 4 (5 s each).
+    """
+    raw = _reward_workload(0.5)
+    raw["tasks"][0]["trajectories"] = 16
+    raw["tasks"][0]["reward"]["batch"]["limit"] = 16
+    workload = workload_from_dict(raw)
+    assert sorted(simulate(workload, "tangram").acts) == pytest.approx(
+        [9.0] * 8 + [14.0] * 4 + [19.0] * 4
+    )
+    fifo = simulate(workload, "fifo").acts
+    assert sum(fifo) / len(fifo) == pytest.approx(17.0)
+
+
 def test_the_simulator_learns_what_a_batch_costs_from_what_a_scheduler_sees() -> None:
     """From a batch's members and run time, against runs seen alone: each of a batch
     of k runs 2 + 0.9 x 2 x (k - 1) s where one alone runs 2 s, a marginal of 0.9."""
