@@ -68,6 +68,7 @@ from tangram_policy.estimate import (
     expected_duration,
     expected_marginal,
     expected_work,
+    observed_work,
     type_priors,
 )
 from tangram_policy.pool import _NO_KEYS, _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
@@ -415,8 +416,14 @@ class TangramPolicy:
                 cls.entries = entries
                 out.append(cls)
                 continue
-            for start in range(0, len(entries), size):
-                chunk = entries[start : start + size]
+            # Until one of the type has run alone, no batch of it can be measured
+            # (``batch_update``) and the prior would stay: the first in line runs alone.
+            alone = stat is None and observed_work(head.tenant, head.type, stats, priors) is None
+            start = 0
+            while start < len(entries):
+                end = start + (1 if alone and start == 0 else size)
+                chunk = entries[start:end]
+                start = end
                 first = chunk[0]
                 cls.entries.append(
                     (

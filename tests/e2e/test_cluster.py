@@ -172,18 +172,21 @@ def test_a_reward_batch_is_scored_in_one_run(tmp_path):
         Client(cluster.base_url, cluster.tenant_token) as client,
     ):
         texts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
-        calls = client.submit_many(
-            [
-                {
-                    "type": "reward.python",
-                    "payload": {"code": SCORER, "sample": text},
-                    "demand": {"cpu": 2, "memory": 600},
-                    "batch_key": "length-rm",
-                    "batch_limit": 8,
-                }
-                for text in texts
-            ]
-        )
+
+        def call(text: str) -> dict[str, object]:
+            return {
+                "type": "reward.python",
+                "payload": {"code": SCORER, "sample": text},
+                "demand": {"cpu": 2, "memory": 600},
+                "batch_key": "length-rm",
+                "batch_limit": 8,
+            }
+
+        # Until one call has run alone, the first of a burst runs alone (so that a
+        # batch can be measured against it): one first, as a trainer's warm-up.
+        (alone,) = client.submit_many([call("z")])
+        assert client.wait_all([alone.id], timeout=60)[0].batch_id is None
+        calls = client.submit_many([call(text) for text in texts])
         done = client.wait_all([a.id for a in calls], timeout=120)
         # The client's one-call way: scores in order.
         scored = client.score(SCORER, texts[:3], demand={"cpu": 2, "memory": 600})
@@ -248,18 +251,19 @@ def test_a_reward_batch_on_a_killed_agent_is_scored_again_elsewhere(tmp_path):
         running_cluster(tmp_path, agents=["scorer-a"]) as cluster,
         Client(cluster.base_url, cluster.tenant_token) as client,
     ):
-        calls = client.submit_many(
-            [
-                {
-                    "type": "reward.python",
-                    "payload": {"code": slow, "sample": "x" * n},
-                    "demand": {"cpu": 2, "memory": 600},
-                    "batch_key": "slow-rm",
-                    "batch_limit": 8,
-                }
-                for n in range(1, 7)
-            ]
-        )
+
+        def call(n: int) -> dict[str, object]:
+            return {
+                "type": "reward.python",
+                "payload": {"code": slow, "sample": "x" * n},
+                "demand": {"cpu": 2, "memory": 600},
+                "batch_key": "slow-rm",
+                "batch_limit": 8,
+            }
+
+        (alone,) = client.submit_many([call(0)])  # one alone first: the rest batch
+        client.wait_all([alone.id], timeout=60)
+        calls = client.submit_many([call(n) for n in range(1, 7)])
 
         def running_on_a() -> bool:
             rows = cluster.sql("SELECT count(*) FROM actions_action WHERE state = 'running'")
@@ -276,7 +280,7 @@ def test_a_reward_batch_on_a_killed_agent_is_scored_again_elsewhere(tmp_path):
     scores = [json.loads(a.stdout) for a in done]
     assert [s["length"] for s in scores] == [1, 2, 3, 4, 5, 6]
     assert len({s["run"] for s in scores}) == 1 and {s["of"] for s in scores} == {6}
-    assert len(events) == 6 and set(events.values()) == {1}
+    assert len(events) == 7 and set(events.values()) == {1}
 
 
 def _sandbox_processes() -> list[int]:

@@ -471,7 +471,8 @@ def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
         )
         for i in range(10)
     ]
-    decision = get_policy("tangram").decide(_snapshot([node], reward))
+    seen = {("t", "reward"): DurationStat(1, 1.0)}  # one has run alone: batches can be measured
+    decision = get_policy("tangram").decide(_snapshot([node], reward, stats=seen))
     assert {p.action_id for p in decision.placements} == {f"r{i}" for i in range(10)}
     batches: dict[str | None, list[float]] = {}
     for placement in decision.placements:
@@ -479,10 +480,14 @@ def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
     assert len(batches) == 2 and None not in batches
     for shares in batches.values():  # members share one execution's GPU
         assert math.isclose(sum(shares), 1.0)
-    few = get_policy("tangram").decide(_snapshot([node], reward[:2]))
+    few = get_policy("tangram").decide(_snapshot([node], reward[:2], stats=seen))
     assert all(p.batch_id is None for p in few.placements)
-    unbatched = get_policy("tangram-no-batching").decide(_snapshot([node], reward))
+    unbatched = get_policy("tangram-no-batching").decide(_snapshot([node], reward, stats=seen))
     assert len(unbatched.placements) == 2
+    # Nothing of the type seen alone: the first runs alone, the rest batch on the other GPU.
+    first = get_policy("tangram").decide(_snapshot([node], reward)).placements
+    assert [(p.action_id, p.batch_id) for p in first[:1]] == [("r0", None)]
+    assert len(first) == 6 and len({p.batch_id for p in first[1:]}) == 1
 
 
 def test_the_batch_size_that_ends_queued_members_soonest() -> None:
@@ -519,9 +524,10 @@ def test_one_wave_of_batches_only_where_batching_is_known_to_be_cheap() -> None:
         _action(f"r{i}", type="reward", demand={"gpu": 1.0}, batch_key="rm", batch_limit=32)
         for i in range(32)
     ]
+    seen = {("t", "reward"): DurationStat(1, 1.0)}
     for learned, size in ((None, 8), (0.3, 8), (0.1, 32)):
         stats = {} if learned is None else {("t", "reward"): BatchStat(50, learned)}
-        snapshot = replace(_snapshot([node], reward), batch_stats=stats)
+        snapshot = replace(_snapshot([node], reward, stats=seen), batch_stats=stats)
         placements = get_policy("tangram").decide(snapshot).placements
         assert len(placements) == size
         assert len({p.batch_id for p in placements}) == 1

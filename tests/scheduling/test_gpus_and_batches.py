@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.actions.models import Action, ActionBatchStat
+from apps.actions.models import Action, ActionBatchStat, ActionDurationStat
 from apps.inventory.models import Node
 from apps.inventory.services import assignment_of, nodes_reap_lost
 from apps.scheduling.selectors import scheduling_snapshot
@@ -35,6 +35,11 @@ def gpu_node(groups: list[list[str]], name: str = "gpu-node", **capacity: float)
 
 def gpu_action(count: int, **fields: object) -> Action:
     return ActionFactory(demand={"cpu": 1, "memory": 16, "gpu": count}, **fields)
+
+
+def seen_alone(tenant: object, type: str = "sleep") -> None:
+    """One of the type has run alone: the batches that follow can be measured."""
+    ActionDurationStat.objects.create(tenant=tenant, type=type, count=1, mean_s=1.0)
 
 
 def group_of(gpus: list[str], groups: list[list[str]]) -> int:
@@ -140,6 +145,7 @@ def test_actions_with_one_batch_key_beyond_the_free_slots_share_a_batch_and_a_no
     node = NodeFactory(capacity={"cpu": 1, "memory": 1000})
     NodeFactory(name="busy", capacity={"cpu": 1, "memory": 1000})
     tenant = TenantFactory()
+    seen_alone(tenant)
     ActionFactory(state="running", node=Node.objects.get(name="busy"), allocation={"cpu": 1})
     members = ActionFactory.create_batch(
         4, tenant=tenant, demand={"cpu": 1, "memory": 100}, batch_key="rm-7b", batch_limit=8
@@ -169,10 +175,23 @@ def test_where_batching_has_cost_too_much_the_round_runs_members_one_at_a_time()
     assert [(a.batch_id, a.batch_size) for a in placed] == [("", 1)]
 
 
+def test_the_first_of_a_type_never_run_alone_runs_alone_so_that_batches_can_be_measured():
+    """Four calls on one free slot, nothing of the type seen alone: one runs alone now."""
+    NodeFactory(capacity={"cpu": 1, "memory": 1000})
+    members = ActionFactory.create_batch(
+        4, tenant=TenantFactory(), demand={"cpu": 1, "memory": 100}, batch_key="rm", batch_limit=8
+    )
+    assert schedule_round().placed == 1
+    (first,) = Action.objects.filter(pk__in=[m.pk for m in members], state="assigned")
+    assert (first.pk, first.batch_id, first.batch_size) == (members[0].pk, "", 1)
+
+
 def test_batches_split_over_the_free_slots_each_on_one_node():
     nodes = [NodeFactory(capacity={"cpu": 1, "memory": 1000}) for _ in range(2)]
+    tenant = TenantFactory()
+    seen_alone(tenant)
     members = ActionFactory.create_batch(
-        4, tenant=TenantFactory(), demand={"cpu": 1, "memory": 100}, batch_key="rm", batch_limit=2
+        4, tenant=tenant, demand={"cpu": 1, "memory": 100}, batch_key="rm", batch_limit=2
     )
     assert schedule_round().placed == 4
     by_batch: dict[str, set[object]] = {}
@@ -187,6 +206,7 @@ def test_a_gpu_batch_shares_its_gpus_and_holds_them_for_the_next_round():
     node = gpu_node([["0"], ["1"]])
     gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["1"])
     tenant = TenantFactory()
+    seen_alone(tenant)
     members = [gpu_action(1, tenant=tenant, batch_key="rm", batch_limit=4) for _ in range(3)]
     assert schedule_round().placed == 3
     placed = list(Action.objects.filter(pk__in=[m.pk for m in members]))

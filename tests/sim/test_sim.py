@@ -164,8 +164,10 @@ def _reward_workload(marginal: float) -> Mapping[str, Any]:
 def test_reward_calls_coalesce_into_a_batch_when_they_queue() -> None:
     workload = workload_from_dict(_reward_workload(0.1))
     tangram = simulate(workload, "tangram")
-    # All four submit at 10 onto one GPU: one batch of 4 runs 2 + 0.1 * 3 * 2 = 2.6 s.
-    assert tangram.acts == pytest.approx([2.6] * 4)
+    # All four submit at 10 onto one GPU. Nothing of the type has run alone, so the
+    # first does (2 s, and a batch can be measured against it); then the other
+    # three in one batch of 2 + 0.1 * 2 * 2 = 2.4 s, from 12.
+    assert sorted(tangram.acts) == pytest.approx([2.0, 4.4, 4.4, 4.4])
     fifo = simulate(workload, "fifo")
     assert sorted(fifo.acts) == pytest.approx([2.0, 4.0, 6.0, 8.0])
     assert simulate(workload, "tangram-no-batching").acts == pytest.approx(fifo.acts)
@@ -175,15 +177,16 @@ def test_a_batch_type_never_measured_is_sized_not_sent_in_one_wave() -> None:
     """16 calls of 2 s at once on one GPU, batches of up to 16 at a marginal of 0.5.
 
     One wave of 16 would run 2 + 0.5 x 15 x 2 = 17 s: every member's ACT 17, as
-    fifo's mean. Unmeasured, a batch is assumed to cost 0.25 a member: 8 now
-    (9 s), then, nothing yet seen alone to measure against, 4 and 4 (5 s each).
+    fifo's mean. The first runs alone (2 s). Unmeasured, a batch is assumed to
+    cost 0.25 a member: 5 of the 15 left (6 s, to 18). Measured at 0.5, blended
+    with the prior (0.33, then 0.375): 5 (to 24) and the last 5 (to 30).
     """
     raw = _reward_workload(0.5)
     raw["tasks"][0]["trajectories"] = 16
     raw["tasks"][0]["reward"]["batch"]["limit"] = 16
     workload = workload_from_dict(raw)
     assert sorted(simulate(workload, "tangram").acts) == pytest.approx(
-        [9.0] * 8 + [14.0] * 4 + [19.0] * 4
+        [2.0] + [8.0] * 5 + [14.0] * 5 + [20.0] * 5
     )
     fifo = simulate(workload, "fifo").acts
     assert sum(fifo) / len(fifo) == pytest.approx(17.0)
