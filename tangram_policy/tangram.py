@@ -7,10 +7,11 @@ One round, from a snapshot, in five passes:
    ``batch_limit`` only when there are more of them than free slots for them,
    and only as large as lowers their mean ACT: what a batch costs is learned
    (``Snapshot.batch_stats``: each member past the first adds a marginal
-   fraction of one run; a prior of 0.25 until measured), and below a marginal
-   of 0.25 one wave of batches starts every member now; at or above it
-   ``cheapest_batch`` sizes them. A batch is placed as one member's demand,
-   shared evenly by its members.
+   fraction of one run; a prior of 0.25 until measured, and until one of the
+   type has run alone, to measure against, the first in line runs alone), and
+   below a marginal of 0.25 one wave of batches starts every member now; at or
+   above it ``cheapest_batch`` sizes them. A batch is placed as one member's
+   demand, shared evenly by its members.
 2. **Order.** Shortest expected work first: the expected duration (hint, else
    learned per tenant and type, else a prior) scaled by ``2 ** -priority``,
    plus ``aging_rate`` x submit time. The key is fixed per action, so an
