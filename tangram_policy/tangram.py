@@ -20,9 +20,11 @@ One round, from a snapshot, in five passes:
 3. **Quotas.** Actions within their tenant's guarantee are placed first, in
    order. The rest borrow idle capacity up to their limits, the tenant with the
    lowest dominant-resource share / weight first (Kueue-style fair sharing),
-   never taking a non-lent idle guarantee. A guaranteed or starving action
-   that finds no room reserves its primary kind: nothing after it in the
-   round takes that kind, so the capacity comes back to it as actions finish.
+   never taking a non-lent idle guarantee. A guaranteed action that finds
+   no room reserves its primary kind from borrowers whose tenant holds no
+   guarantee of it, a starving one from everyone: they take none of it for
+   the rest of the round, so the capacity comes back to it as actions
+   finish.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
    keys, a cold node with a free slot for the action's keys (rather than
@@ -199,6 +201,7 @@ class _Class:
         "limit",
         "warm",
         "anywhere",
+        "unguaranteed",
         "batched",
         "gains",
         "plan",
@@ -221,6 +224,13 @@ class _Class:
         self.gpus_needed = int(round(demand.get("gpu", 0.0)))
         self.guarantee = pool.guarantee_caps(head.tenant, demand)
         self.limit = pool.limit_caps(head.tenant, demand)
+        quota = pool.quotas.get(head.tenant)
+        guaranteed = quota.guaranteed if quota is not None else {}
+        #: Kinds it needs that its tenant holds no guarantee of: only those a
+        #: guaranteed action's reservation keeps it from when it borrows.
+        self.unguaranteed = frozenset(
+            kind for kind, _ in self.needs if guaranteed.get(kind, 0.0) <= 0
+        )
         #: The node indexes placements try (nodes warm with its affinity, any node), once needed.
         self.warm: Index | None = None
         self.anywhere: Index | None = None
@@ -537,11 +547,21 @@ class _Round:
         self.limited: set[tuple[str, str]] = set()
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
+        """Whether a reservation keeps ``cls`` from the kinds it needs this round.
+
+        A starving action's holds them from everyone. A guaranteed action's
+        holds them from borrowers whose tenant has no guarantee of the kind:
+        a tenant with one takes freed units within it ahead of any
+        reservation, so holding back its borrowing beyond it kept little for
+        the waiting action and cost the borrower much (fragment: build's
+        mean ACT 0.1 s sooner, math's 0.14 s later; campus: t-rm's 31.3 s
+        against 20.6 s, the waiting tenants' 1% sooner).
+        """
         reserved_all = self.reserved_all
-        reserved = self.reserved_from_borrowers if borrower else ()
-        if not reserved_all and not reserved:
-            return False
-        return any(kind in reserved_all or kind in reserved for kind, _ in cls.needs)
+        if any(kind in reserved_all for kind, _ in cls.needs):
+            return True
+        reserved = self.reserved_from_borrowers
+        return borrower and any(kind in reserved for kind in cls.unguaranteed)
 
     def _place(self, cls: _Class, guaranteed: bool) -> bool:
         """Place the class's head entry; False when the rest of the class cannot go either.

@@ -550,6 +550,38 @@ def test_borrowers_share_idle_capacity_by_weight() -> None:
     assert (heavy, light) == (20, 10)
 
 
+def test_a_guaranteed_action_without_room_holds_the_kind_from_borrowers_with_no_guarantee_of_it():
+    """big's 8-core job, within its guarantee, finds 4 free cores: small (no guarantee)
+    takes none of them this round, so they come back to the job; peer, over its own
+    guarantee of cores, still borrows them (it takes freed cores within its guarantee
+    ahead of any reservation anyway). Starving, the job holds them from both."""
+    quotas = {
+        "big": TenantQuota("big", {"cpu": 8.0}, {"cpu": 16.0}),
+        "peer": TenantQuota("peer", {"cpu": 4.0}, {"cpu": 16.0}),
+        "small": TenantQuota("small", {}, {"cpu": 16.0}),
+    }
+    node = Node("n", {"cpu": 4.0}, CPU)  # the free room; the rest of the pool is busy
+    running = [
+        RunningAction("usage:peer", "peer", "", "", {"cpu": 4.0}, 0.0),
+        RunningAction("usage:small", "small", "", "", {"cpu": 8.0}, 0.0),
+    ]
+    pending = [
+        _action("job", tenant="big", demand={"cpu": 8.0}, submitted_at=90.0),
+        *(
+            _action(f"{t}{i}", tenant=t, submitted_at=95.0)
+            for t in ("peer", "small")
+            for i in range(4)
+        ),
+    ]
+    for job_submitted, placed in ((90.0, {"peer0", "peer1", "peer2", "peer3"}), (-250.0, set())):
+        pending[0] = replace(pending[0], submitted_at=job_submitted)
+        snapshot = replace(
+            _snapshot([node], pending, running, quotas=quotas), capacity={"cpu": 16.0}
+        )
+        decision = get_policy("tangram").decide(snapshot)
+        assert {p.action_id for p in decision.placements} == placed
+
+
 def test_a_borrower_never_exceeds_its_limit() -> None:
     quotas = {"t": TenantQuota("t", {"cpu": 2.0}, {"cpu": 5.0})}
     node = Node("n", {"cpu": 30.0}, CPU)
