@@ -550,7 +550,7 @@ def test_borrowers_share_idle_capacity_by_weight() -> None:
     assert (heavy, light) == (20, 10)
 
 
-def test_a_guaranteed_action_without_room_holds_the_kind_from_borrowers_with_no_guarantee_of_it():
+def test_a_reservation_holds_back_only_borrowers_with_no_guarantee_of_the_kind() -> None:
     """big's 8-core job, within its guarantee, finds 4 free cores: small (no guarantee)
     takes none of them this round, so they come back to the job; peer, over its own
     guarantee of cores, still borrows them (it takes freed cores within its guarantee
