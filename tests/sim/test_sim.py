@@ -664,3 +664,21 @@ def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> No
     assert plain["act_bound"][0] < 5.0
     assert "ACT vs static < 5x (unreachable)" in plain["missed"]
     assert code == 1
+
+
+def test_the_sensitivity_bench_runs_each_variant_against_the_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.sensitivity import main
+
+    path = str(WORKLOADS / "swe.yaml")
+    argv = [path, "--vary", "aging_rate=0.5,2", "--seeds", "1", "--jobs", "1"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    act = next(line.split() for line in lines if line.startswith("swe"))
+    # the default's mean ACT, then default / variant: 0.5 is the default itself
+    assert act[2] == "1.000" and act[3] != "1.000"
+    with pytest.raises(SystemExit) as refused:
+        main([path, "--vary", "elastic=0"])
+    assert refused.value.code == 2
+    assert "--vary: 'elastic' is not a numeric setting" in capsys.readouterr().err
