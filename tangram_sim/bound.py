@@ -14,10 +14,13 @@ end less its think time, and it ends no sooner than:
   follows, where the trajectories' work of the kind, as one job each (from
   its first such action's start), completes no sooner, sorted, than under
   SRPT on one machine as fast as the pool's capacity of the kind (which no
-  schedule beats at completing jobs by any time).
+  schedule beats at completing jobs by any time); nor the same for the work
+  of the kind its actions of one executor hold, on the capacity of the nodes
+  that run that executor, where those are not the whole pool.
 
 A step lasts at least its longest trajectory so bounded, and at least the
-resource-seconds its actions hold of each kind over the pool's capacity of it,
+resource-seconds its actions hold of each kind over the pool's capacity of it
+(and those of an executor's actions over its nodes' capacity),
 plus the trainer's time. Resource-seconds are counted at their least: the start
 and the run at minimum units for the unit kind (Amdahl: more units never cost
 fewer unit-seconds), the run on the most units for the other kinds, and a
@@ -103,6 +106,32 @@ def capacity(workload: Workload) -> dict[str, float]:
     return total
 
 
+def _rooms(workload: Workload) -> tuple[dict[str, float], dict[str, str]]:
+    """What the floors count a queue for: each kind over the whole pool, and each
+    kind over the nodes an executor runs on where those are not all of them (key
+    ``kind@executor+executor``, the executors that run on just those nodes: their
+    actions can use no other node's room); and per such executor, its key's part."""
+    specs = build_nodes(workload, "tangram")
+    nodes_of: dict[str, frozenset[str]] = {}
+    for action in workload.action_types().values():
+        nodes_of[action.executor] = frozenset(s.id for s in specs if action.id in s.executors)
+    sharing: dict[frozenset[str], list[str]] = {}
+    for executor, nodes in sorted(nodes_of.items()):
+        if len(nodes) < len(specs):
+            sharing.setdefault(nodes, []).append(executor)
+    rooms = capacity(workload)
+    where: dict[str, str] = {}
+    for nodes, executors in sharing.items():
+        part = "+".join(executors)
+        for executor in executors:
+            where[executor] = part
+        for spec in specs:
+            if spec.id in nodes:
+                for kind, amount in spec.capacity.items():
+                    rooms[f"{kind}@{part}"] = rooms.get(f"{kind}@{part}", 0.0) + amount
+    return rooms, where
+
+
 def action_floor_s(action: ActionType, run_s: float) -> float:
     """The shortest ACT of an action that runs ``run_s`` at its minimum units."""
     return action.start_s + run_s / speedup(action.elasticity, action.elasticity.max_units)
@@ -185,7 +214,9 @@ def _set_up_by(task: Task, workload: Workload) -> dict[str, float]:
 
 
 def _trajectory(
-    calls: list[tuple[float, ActionType, float]], ready: Mapping[str, float]
+    calls: list[tuple[float, ActionType, float]],
+    ready: Mapping[str, float],
+    where: Mapping[str, str],
 ) -> _Trajectory:
     """``calls`` (think, action, run s) without waits but for setups: an action with a
     key in ``ready`` starts no sooner than then, and what follows it later as much.
@@ -205,11 +236,13 @@ def _trajectory(
         bare += floor_s
         held: dict[str, float] = {}
         _hold(action, run_s, held)
+        part = where.get(action.executor)
         for kind, amount in held.items():
             if amount > 0:
-                trajectory.work[kind] = trajectory.work.get(kind, 0.0) + amount
-                trajectory.release_s.setdefault(kind, start)
-                ends[kind] = bare
+                for key in (kind, f"{kind}@{part}") if part else (kind,):
+                    trajectory.work[key] = trajectory.work.get(key, 0.0) + amount
+                    trajectory.release_s.setdefault(key, start)
+                    ends[key] = bare
     trajectory.end_s = now
     trajectory.tail_s = {kind: bare - end for kind, end in ends.items()}
     return trajectory
@@ -259,7 +292,7 @@ def _queued_act_s(trajectories: list[_Trajectory], capacity: Mapping[str, float]
 
 def no_wait_floor(workload: Workload) -> Floor:
     """The floors of ``workload`` at its seed (see the module)."""
-    room = capacity(workload)
+    room, where = _rooms(workload)
     act_s = 0.0
     actions = 0
     steps: list[StepFloor] = []
@@ -274,7 +307,7 @@ def no_wait_floor(workload: Workload) -> Floor:
                     calls.append((0.0, task.reward, reward_s))
                 plans.append(calls)
             ready = _setups_done(plans, setups) if step == 0 and setups else {}
-            trajectories = [_trajectory(calls, ready) for calls in plans]
+            trajectories = [_trajectory(calls, ready, where) for calls in plans]
             actions += sum(len(calls) for calls in plans)
             act_s += _queued_act_s(trajectories, room)
             work: dict[str, float] = {}
@@ -295,7 +328,7 @@ def savings_bound(
     steps = tuple(step for floor in floors for step in floor.steps)
 
     def mean_on(factor: float) -> float:
-        room = capacity(workload.scaled(factor))
+        room, _ = _rooms(workload.scaled(factor))
         return sum(step.on(room) for step in steps) / len(steps) if steps else 0.0
 
     low, high = 0.0, 1.0

@@ -103,6 +103,24 @@ def test_a_queue_bounds_the_act_and_fifo_meets_it() -> None:
     assert no_wait_floor(workload_from_dict(_queue(4, 4))).mean_act_s == pytest.approx(2.0)
 
 
+def test_an_action_queues_for_the_nodes_that_run_it_not_for_the_whole_pool() -> None:
+    """Four 2 s calls at once on the one 2-core node that runs them, beside a
+    64-core node that runs only another executor. On the pool's 66 cores none
+    would queue; on their two, two end at 2 s and two at 4 s at best (SRPT on
+    two cores ends their 2 core-seconds each at 1, 2, 3 and 4 s, and none ends
+    before 2 s), which fifo meets. The step's 8 core-seconds take 4 s there."""
+    raw = _queue(4, 2)
+    raw["pool"].append({"name": "big", "count": 1, "capacity": {"cpu": 64}, "executors": ["r"]})
+    workload = workload_from_dict(raw)
+    floor = no_wait_floor(workload)
+    assert floor.mean_act_s == pytest.approx((2 + 2 + 3 + 4) / 4)
+    assert floor.mean_step_s == pytest.approx(4.0)
+    assert simulate(workload, "fifo").summary()["mean_act_s"] == pytest.approx(3.0)
+    # With the big node running them too, the pool's 66 cores are theirs.
+    raw["pool"][1]["executors"] = ["r", "s"]
+    assert no_wait_floor(workload_from_dict(raw)).mean_act_s == pytest.approx(2.0)
+
+
 def test_a_batch_member_holds_its_share_of_a_full_batch_at_its_minimum_units() -> None:
     """A batch of 4 runs the longest plus 0.2 of each other: of an 8 s call, at best
     8 x (0.8 / 4 + 0.2) = 3.2 GPU-seconds, at one GPU (more would hold more), while
