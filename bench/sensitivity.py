@@ -5,10 +5,11 @@
 
 A variant changes one numeric ``TangramConfig`` setting (``--vary NAME=V1,V2``,
 repeatable; by default each of ``DEFAULT_VARIANTS``). Every workload runs
-under the defaults and under each variant on the same seeds. Two tables
-follow: tangram's mean ACT, then its mean step, under the defaults, and for
-each variant the default's value over the variant's (above 1: the variant does
-better), with the geometric mean and the worst over the workloads. A setting
+under the defaults and under each variant on the same seeds. Each figure is
+the default's mean ACT or mean step over the variant's (above 1: the variant
+does better): first a line a variant with the geometric mean over the
+workloads, the worst and the best, then a table a metric with every
+workload's default value and its figure under each variant. A setting
 whose variants all stay near 1 is one the results do not hang on; one that
 wins on some workloads and loses on others is a trade, not a better default.
 """

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tangram_policy.estimate import speedup
-from tangram_sim.baselines import build_nodes
+from tangram_sim.baselines import SimNodeSpec, build_nodes
 from tangram_sim.workload import ActionType, Task, Workload, draw_trajectory
 
 
@@ -99,8 +99,12 @@ class Floor:
 
 def capacity(workload: Workload) -> dict[str, float]:
     """The pool's capacity per kind, as the simulator builds its nodes."""
+    return _total(build_nodes(workload, "tangram"))
+
+
+def _total(specs: Sequence[SimNodeSpec]) -> dict[str, float]:
     total: dict[str, float] = {}
-    for spec in build_nodes(workload, "tangram"):
+    for spec in specs:
         for kind, amount in spec.capacity.items():
             total[kind] = total.get(kind, 0.0) + amount
     return total
@@ -119,16 +123,14 @@ def _rooms(workload: Workload) -> tuple[dict[str, float], dict[str, str]]:
     for executor, nodes in sorted(nodes_of.items()):
         if len(nodes) < len(specs):
             sharing.setdefault(nodes, []).append(executor)
-    rooms = capacity(workload)
+    rooms = _total(specs)
     where: dict[str, str] = {}
     for nodes, executors in sharing.items():
         part = "+".join(executors)
         for executor in executors:
             where[executor] = part
-        for spec in specs:
-            if spec.id in nodes:
-                for kind, amount in spec.capacity.items():
-                    rooms[f"{kind}@{part}"] = rooms.get(f"{kind}@{part}", 0.0) + amount
+        for kind, amount in _total([spec for spec in specs if spec.id in nodes]).items():
+            rooms[f"{kind}@{part}"] = amount
     return rooms, where
 
 
