@@ -36,6 +36,12 @@ def _gpus(text: str) -> GpuGroups | None:
         raise argparse.ArgumentTypeError(f"--gpus {text!r}: {exc}") from None
 
 
+def _ro_bind(text: str) -> tuple[str, str]:
+    """``--sandbox-ro-bind HOST[:SANDBOX]``: the same path inside unless named."""
+    host, _, inside = text.partition(":")
+    return host, inside or host
+
+
 def parse_args(argv: list[str] | None = None) -> AgentConfig:
     env = os.environ
     parser = argparse.ArgumentParser(prog="tangram-agent", description=__doc__)
@@ -84,6 +90,21 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     parser.add_argument(
         "--resident-idle", type=float, default=300.0, help="seconds an idle scorer is kept"
     )
+    parser.add_argument(
+        "--sandbox-python",
+        default=env.get("TANGRAM_SANDBOX_PYTHON"),
+        help="$TANGRAM_SANDBOX_PYTHON: the Python that runs sandbox.python and reward.python "
+        "(default /usr/bin/python3), e.g. a virtualenv's with a reward model's libraries",
+    )
+    parser.add_argument(
+        "--sandbox-ro-bind",
+        type=_ro_bind,
+        action="append",
+        default=[],
+        metavar="HOST[:SANDBOX]",
+        help="a host path every sandbox sees read-only (a Python environment, model weights); "
+        "repeatable",
+    )
     parser.add_argument("--label", type=_label, action="append", default=[], help="KEY=VALUE")
     parser.add_argument("--log-level", default=env.get("TANGRAM_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
@@ -116,6 +137,8 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
             shutdown_grace_s=args.shutdown_grace,
             residents=args.residents,
             resident_idle_s=args.resident_idle,
+            sandbox_python=args.sandbox_python,
+            sandbox_ro_binds=tuple(args.sandbox_ro_bind),
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from tangram_agent.executors import DEFAULT_OUTPUT_CAP, KNOWN_EXECUTORS, SandboxSettings
 from tangram_agent.gpus import GpuGroups, check_gpu_groups
+
+#: The sandbox's own directories: an operator's read-only bind may not cover them
+#: (under /tmp it may: the bind is mounted over the sandbox's fresh /tmp).
+SANDBOX_OWN_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sandbox")
+#: Where an interpreter on the host is also found in the sandbox without a bind.
+SANDBOX_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64")
 
 
 def default_cpu() -> float:
@@ -53,6 +59,10 @@ class AgentConfig:
     #: and for how long.
     residents: int | None = None
     resident_idle_s: float = 300.0
+    #: The Python that runs ``sandbox.python`` and ``reward.python`` (None: the system's).
+    sandbox_python: str | None = None
+    #: Host paths every sandbox sees read-only: (host path, sandbox path).
+    sandbox_ro_binds: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.server).scheme
@@ -74,6 +84,10 @@ class AgentConfig:
         unknown = sorted(set(self.executors) - set(KNOWN_EXECUTORS))
         if unknown:
             raise ValueError(f"unknown executors {unknown}; known: {list(KNOWN_EXECUTORS)}")
+        for host, inside in self.sandbox_ro_binds:
+            _check_ro_bind(host, inside)
+        if self.sandbox_python is not None:
+            _check_sandbox_python(self.sandbox_python, self.sandbox_ro_binds)
 
     @property
     def ws_url(self) -> str:
@@ -103,7 +117,42 @@ class AgentConfig:
             memory_mib=self.memory_mib,
             residents=max(2, self.gpus) if self.residents is None else self.residents,
             resident_idle_s=self.resident_idle_s,
+            ro_binds=self.sandbox_ro_binds,
         )
+        if self.sandbox_python is not None:
+            settings = replace(settings, python=self.sandbox_python)
         if self.work_root is not None:
             settings = replace(settings, work_root=self.work_root)
         return settings
+
+
+def _within(path: str, top: str) -> bool:
+    return PurePosixPath(path).is_relative_to(top)
+
+
+def _check_ro_bind(host: str, inside: str) -> None:
+    what = f"--sandbox-ro-bind {host}:{inside}"
+    if not (host.startswith("/") and inside.startswith("/")):
+        raise ValueError(f"{what}: both paths must be absolute")
+    if not os.path.exists(host):
+        raise ValueError(f"{what}: {host} does not exist on this host")
+    normal = os.path.normpath(inside)
+    if normal == "/" or any(_within(normal, own) for own in SANDBOX_OWN_PATHS):
+        raise ValueError(f"{what}: {normal} is the sandbox's own; bind elsewhere (/opt/...)")
+
+
+def _check_sandbox_python(python: str, ro_binds: tuple[tuple[str, str], ...]) -> None:
+    """The interpreter must run here (no bwrap) and be at the same path in a sandbox,
+    and so must what it links to (a virtualenv's base interpreter)."""
+    what = f"--sandbox-python {python}"
+    if not python.startswith("/"):
+        raise ValueError(f"{what}: the path must be absolute")
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise ValueError(f"{what}: not an executable file on this host")
+    tops = [*SANDBOX_SYSTEM_PATHS, *(host for host, inside in ro_binds if host == inside)]
+    for path in dict.fromkeys((python, os.path.realpath(python))):
+        if not any(_within(path, top) for top in tops):
+            raise ValueError(
+                f"{what}: a sandbox would not see {path}; bind the directory holding it "
+                "at the same path (--sandbox-ro-bind DIR)"
+            )

@@ -4,8 +4,9 @@ Layers, each covering what the others miss:
 
 - bubblewrap namespaces: no network (loopback only), its own pids (when the
   command exits or bwrap is killed, the kernel kills everything left in the
-  namespace), nothing of the host visible but ``/usr`` read-only, a fresh
-  ``/sandbox`` work dir and a ``/tmp`` tmpfs; the agent's environment cleared.
+  namespace), nothing of the host visible but ``/usr`` and the operator's
+  ``ro_binds`` read-only, a fresh ``/sandbox`` work dir and a ``/tmp`` tmpfs;
+  the agent's environment cleared.
 - an unprivileged host uid per concurrent slot when the agent is root: the
   code never runs as root, even in its namespace, and RLIMIT_NPROC (per real
   uid, ignored for root) means something. Agents on one host claim disjoint
@@ -70,6 +71,10 @@ Language = Literal["python", "bash"]
 LAUNCH_FAILED = 125
 #: uids per agent; also the most slots an agent may have.
 UID_BLOCK = 1024
+#: How long a killed run's launcher may take to be reaped before it is killed on its own.
+REAP_WAIT_S = 5.0
+#: The dynamic loader's cache of library paths (``ldconfig``'s output).
+HOST_LOADER_CACHE = Path("/etc/ld.so.cache")
 #: Device files every CUDA process needs besides its GPUs' own ``nvidiaN``.
 GPU_SHARED_DEVICES = ("nvidiactl", "nvidia-uvm")
 #: A resident scorer's CPU-seconds limit, per core it holds: its batches are
@@ -79,6 +84,22 @@ RESIDENT_CPU_S_PER_CORE = 24 * 3600
 IDLE_CPUS = 0.01
 #: The longest reply line a resident scorer may write (the batch's own cap is checked after).
 RESIDENT_REPLY_LIMIT = 256 * DEFAULT_OUTPUT_CAP + 65536
+
+
+def environment_binds(python: str) -> tuple[tuple[str, str], ...]:
+    """Read-only binds that show ``python``'s environment at the same paths in a
+    sandbox: its prefix (a virtualenv's packages) and the interpreter it links to."""
+    done = subprocess.run(
+        [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    interpreter_home = os.path.dirname(os.path.dirname(os.path.realpath(python)))
+    tops = {os.path.realpath(line) for line in done.stdout.split()} | {interpreter_home}
+    bound = sorted(top for top in tops if not PurePosixPath(top).is_relative_to("/usr"))
+    return tuple((top, top) for top in bound)
 
 
 def default_work_root() -> Path:
@@ -114,6 +135,9 @@ class SandboxSettings:
     cgroup_parent: str | None = None
     #: Host directories bound writable into every sandbox: (host path, sandbox path).
     extra_binds: tuple[tuple[str, str], ...] = ()
+    #: Host paths bound read-only into every sandbox (a Python environment with
+    #: the scorers' libraries, model weights): (host path, sandbox path).
+    ro_binds: tuple[tuple[str, str], ...] = ()
     #: Where the host's ``nvidia*`` device files are (bound into sandboxes given GPUs).
     device_dir: Path = Path("/dev")
     #: The node's memory in MiB: idle resident scorers are ended before a run
@@ -360,8 +384,8 @@ class Sandbox:
             )
         if self._cgroups is None:
             warnings.append(
-                "no usable cgroups: memory via RLIMIT_AS only, process count via "
-                "RLIMIT_NPROC only, no CPU-core limit"
+                "no usable cgroups: memory via RLIMIT_AS only (none for runs with GPUs), "
+                "process count via RLIMIT_NPROC only, no CPU-core limit"
             )
         if not self._root:
             warnings.append(
@@ -428,6 +452,8 @@ class Sandbox:
         argv += ["--tmpfs", "/tmp"]
         if etc is not None:
             argv += ["--ro-bind", str(etc), "/etc"]
+        for host_path, sandbox_path in self.settings.ro_binds:
+            argv += ["--ro-bind", host_path, sandbox_path]
         for host_path, sandbox_path in self.settings.extra_binds:
             argv += ["--bind", host_path, sandbox_path]
         if work is not None:
@@ -460,14 +486,16 @@ class Sandbox:
             "cwd": cwd,
         }
 
-    def _rlimits(self, *, cpu_s: int, memory_mib: float) -> dict[str, int]:
+    def _rlimits(self, *, cpu_s: int, memory_mib: float, gpus: bool) -> dict[str, int]:
         limits = {
             "RLIMIT_CPU": cpu_s,
             "RLIMIT_FSIZE": self.settings.file_size_mib * 1024 * 1024,
             "RLIMIT_NOFILE": self.settings.open_files,
             "RLIMIT_CORE": 0,
         }
-        if self._cgroups is None:
+        if self._cgroups is None and not gpus:
+            # Not with GPUs: CUDA reserves far more address space than any
+            # memory it uses, and would fail to start under this limit.
             limits["RLIMIT_AS"] = int(memory_mib * 1024 * 1024)
         if self._root or self._cgroups is None:
             # Per real uid: exact for a slot uid; for a shared uid still the
@@ -652,6 +680,10 @@ class Sandbox:
             )
             (etc / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
             (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
+            # The loader's cache: libraries the host registered outside the default
+            # directories (the GPU driver's libcuda, say) load in the sandbox too.
+            if HOST_LOADER_CACHE.is_file():
+                shutil.copyfile(HOST_LOADER_CACHE, etc / HOST_LOADER_CACHE.name)
         return work
 
     def _launch(
@@ -710,7 +742,7 @@ class Sandbox:
             "TANGRAM_BATCH_ID": assignment.get("batch_id") or "",
         }
         interpreter = settings.python if language == "python" else settings.bash
-        rlimits = self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib)
+        rlimits = self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib, gpus=bool(gpus))
         if self._bwrap_modern is not None:
             env["HOME"] = SANDBOX_DIR
             argv = self._bwrap_argv(
@@ -872,9 +904,7 @@ class Sandbox:
             if proc.stdin is not None:
                 proc.stdin.close()
             await asyncio.to_thread(self._kill_tree, proc.pid, resident.cgroup)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await asyncio.shield(proc.wait())
+            await self._reap(proc)
             _, pending = await asyncio.wait([resident.drain], timeout=2.0)
             for task in pending:
                 task.cancel()
@@ -915,9 +945,7 @@ class Sandbox:
         finally:
             # Always, also on cancellation: nothing of the run may outlive it.
             await asyncio.to_thread(self._kill_tree, proc.pid, cgroup)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            code = await asyncio.shield(proc.wait())
+            code = await self._reap(proc)
             # Pipes close when the last holder dies; bound the wait anyway.
             _, pending = await asyncio.wait(io_tasks, timeout=2.0)
             for task in pending:
@@ -983,6 +1011,18 @@ class Sandbox:
                 await stdin.drain()
             stdin.close()
             await stdin.wait_closed()
+
+    @staticmethod
+    async def _reap(proc: asyncio.subprocess.Process) -> int:
+        """The exit status of a run whose tree was just killed, once its child watcher
+        has it. Killing it again first would reap it behind the watcher's back
+        (``Popen.send_signal`` polls; CPython gh-87744): its status lost, as 255."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(proc.wait()), REAP_WAIT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            return await asyncio.shield(proc.wait())
 
     @staticmethod
     def _kill_tree(pid: int, cgroup: RunCgroup | None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import serve
 
+from tangram_agent.__main__ import parse_args
 from tangram_agent.agent import Agent
 from tangram_agent.config import AgentConfig
 from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExecutor
@@ -396,3 +397,48 @@ def test_cli_reads_the_environment_and_drains_on_sigterm(shared_dir: Path) -> No
                     await proc.wait()
 
     arun(scenario)
+
+
+def test_the_sandbox_python_and_read_only_binds_are_checked_and_reach_the_sandbox(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    python = env / "bin" / "python3"
+    python.symlink_to("/usr/bin/python3")
+    argv = ["--server", "http://x", "--token", "t", "--name", "n"]
+    config = parse_args(
+        [*argv, "--sandbox-python", str(python), "--sandbox-ro-bind", str(env),
+         "--sandbox-ro-bind", f"{tmp_path}:/models"]
+    )  # fmt: skip
+    settings = config.sandbox_settings()
+    assert settings.python == str(python)
+    assert settings.ro_binds == ((str(env), str(env)), (str(tmp_path), "/models"))
+    assert AgentConfig(server="http://x", token="t", name="n").sandbox_settings().python == (
+        "/usr/bin/python3"
+    )
+
+    def refused(**config: Any) -> str:
+        with pytest.raises(ValueError) as exc:
+            AgentConfig(server="http://x", token="t", name="n", **config)
+        return str(exc.value)
+
+    assert f"would not see {python};" in refused(sandbox_python=str(python))
+    assert f"would not see {python};" in refused(
+        sandbox_python=str(python), sandbox_ro_binds=((str(env), "/opt/env"),)
+    )
+    (env / "bin" / "python-elsewhere").symlink_to(sys.executable)
+    if not os.path.realpath(sys.executable).startswith("/usr/"):  # a pyenv or uv Python, say
+        assert "would not see /" in refused(
+            sandbox_python=str(env / "bin" / "python-elsewhere"),
+            sandbox_ro_binds=((str(env), str(env)),),
+        )
+    assert "not an executable file" in refused(sandbox_python=str(env / "bin" / "python9"))
+    assert "absolute" in refused(sandbox_python="python3")
+    assert "does not exist" in refused(sandbox_ro_binds=(("/nonexistent-tangram", "/opt/x"),))
+    for own in ("/", "/usr/lib/x", "/etc", "/sandbox/x", "/tmp/../dev"):
+        assert "sandbox's own" in refused(sandbox_ro_binds=((str(env), own),))
+    with pytest.raises(SystemExit) as exit_:
+        parse_args([*argv, "--sandbox-ro-bind", f"{env}:relative"])
+    assert exit_.value.code == 2
+    assert "--sandbox-ro-bind" in capsys.readouterr().err

@@ -6,10 +6,13 @@ Each test states one isolation property and proves it from inside a sandbox.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
+import resource
 import socket
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from tangram_agent.executors import Outcome, Sandbox, SandboxSettings
+from tangram_agent.executors import Outcome, Sandbox, SandboxSettings, ScorerExecutor
+from tangram_agent.executors.sandbox import environment_binds
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
 
 pytestmark = needs_bwrap
@@ -192,6 +196,43 @@ def test_bash_fork_bomb_hits_the_process_limit(sandbox: Sandbox) -> None:
     assert sandbox_processes(sandbox) == []
 
 
+def test_an_operators_python_environment_is_used_read_only(
+    sandbox_settings: SandboxSettings, shared_dir: Path
+) -> None:
+    """--sandbox-python and --sandbox-ro-bind: a virtualenv holding the scorers'
+    libraries runs the code, and the code cannot change it."""
+    env = shared_dir / "rm-env"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(env)], check=True)
+    (site,) = env.glob("lib/python3*/site-packages")
+    (site / "rm_weights.py").write_text("VALUE = 42\n")
+    for path in (env, *env.rglob("*")):
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    python = str(env / "bin" / "python3")
+    assert environment_binds(python) == ((str(env), str(env)),)
+    box = Sandbox(replace(sandbox_settings, python=python, ro_binds=environment_binds(python)))
+    code = f"""
+import hashlib, json, sys, rm_weights
+try:
+    open("{site}/planted.py", "w")
+    wrote = "yes"
+except OSError as exc:
+    wrote = exc.strerror
+cache = hashlib.sha256(open("/etc/ld.so.cache", "rb").read()).hexdigest()
+print(json.dumps([rm_weights.VALUE, sys.prefix, wrote, cache]))
+"""
+    try:
+        outcome = run(box, make_assignment(code))
+    finally:
+        box.close()
+    assert outcome.state == "succeeded", outcome
+    value, prefix, wrote, cache = json.loads(outcome.stdout)
+    assert (value, prefix, wrote) == (42, str(env), "Read-only file system")
+    assert not (site / "planted.py").exists()
+    # The host's loader cache: a GPU driver's libraries registered with ldconfig load.
+    assert cache == hashlib.sha256(Path("/etc/ld.so.cache").read_bytes()).hexdigest()
+
+
 def test_timeout_kills_the_whole_process_tree(
     sandbox_settings: SandboxSettings, shared_dir: Path
 ) -> None:
@@ -346,6 +387,48 @@ def test_without_cgroups_memory_and_processes_fall_back_to_rlimits(
         assert run(box, make_assignment("print('alive')")).stdout == "alive\n"
     finally:
         box.close()
+
+
+def test_without_cgroups_only_runs_without_gpus_get_an_address_space_cap(
+    sandbox_settings: SandboxSettings,
+) -> None:
+    """CUDA reserves far more address space than it uses: RLIMIT_AS would stop it starting."""
+    box = Sandbox(replace(sandbox_settings, use_cgroups=False))
+    code = "import resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    try:
+        plain = run(box, make_assignment(code, memory=256))
+        gpu = run(box, make_assignment(code, memory=256, gpus=["7"]))
+    finally:
+        box.close()
+    assert int(plain.stdout) == 256 * 1024 * 1024
+    assert int(gpu.stdout) == resource.RLIM_INFINITY
+
+
+def test_killed_runs_are_reaped_by_their_child_watcher(
+    sandbox_settings: SandboxSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run timed out, and a scorer ended as soon as it has scored (none kept), with
+    no cgroup kill to wait on: asyncio's watcher still reaps them, and never logs an
+    exit status read behind its back (it did on Python 3.12, and at times on 3.11)."""
+    box = Sandbox(replace(sandbox_settings, use_cgroups=False, residents=0))
+    scorer = ScorerExecutor(box)
+    call = make_assignment(
+        "def score(samples):\n    return samples", type="reward.python", sample=1
+    )
+
+    async def scenario() -> tuple[Outcome, Outcome]:
+        slept = await box.run(make_assignment("import time; time.sleep(30)", timeout_s=1), "python")
+        scored = await scorer.execute({**call, "tenant": "t1"})
+        await scorer.cool()
+        return slept, scored
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            slept, scored = asyncio.run(scenario())
+    finally:
+        box.close()
+    assert (slept.state, scored.state) == ("timed_out", "succeeded")
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 def test_two_sandboxes_on_one_host_never_share_uids(

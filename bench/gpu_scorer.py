@@ -1,0 +1,229 @@
+"""A reward model on a real GPU, scored through the agent's own sandbox: what keeping
+the scorer loaded saves against loading it for every batch.
+
+    python -m bench.gpu_scorer                       # needs an NVIDIA GPU and PyTorch with CUDA
+    python -m bench.gpu_scorer --batches 6 --batch 64 --layers 12 --width 2048
+
+The model is a transformer encoder with a scalar head (``--layers``, ``--width``,
+bf16), its weights written once to a directory every sandbox sees read-only at
+``/models`` (``--sandbox-ro-bind``), run by this Python's environment
+(``--sandbox-python``). Each batch is one ``reward.python`` run of ``--batch``
+samples (token sequences of ``--tokens``) on GPU 0, as the agent runs a batch
+the policy formed:
+
+- ``resident``: the agent keeps the scorer loaded (``--residents 2``): the
+  first batch loads the weights, the later ones only score;
+- ``cold``: the agent keeps none (``--residents 0``): every batch starts
+  Python, initialises CUDA and loads the weights again.
+
+Both modes score the same samples; the scores must agree. Prints per mode the
+first batch, the mean of the later ones and their ratio, and the model's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tangram_agent.executors import Sandbox, SandboxSettings, ScorerExecutor
+from tangram_agent.executors.sandbox import environment_binds
+
+SCORER = """\
+import json, time, uuid
+began = time.monotonic()
+import torch
+SHAPE = json.load(open("/models/shape.json"))
+torch.manual_seed(0)
+with torch.device("meta"):
+    layer = torch.nn.TransformerEncoderLayer(
+        SHAPE["width"], SHAPE["heads"], 4 * SHAPE["width"], batch_first=True
+    )
+    MODEL = torch.nn.ModuleDict({
+        "embed": torch.nn.Embedding(SHAPE["vocab"], SHAPE["width"]),
+        "encoder": torch.nn.TransformerEncoder(layer, SHAPE["layers"], enable_nested_tensor=False),
+        "head": torch.nn.Linear(SHAPE["width"], 1),
+    })
+weights = torch.load("/models/rm.pt", map_location="cuda", mmap=True, weights_only=True)
+MODEL.load_state_dict(weights, assign=True)
+MODEL.eval()
+torch.cuda.synchronize()
+LOAD_S = time.monotonic() - began
+LOAD = uuid.uuid4().hex
+
+def score(samples):
+    tokens = torch.tensor(samples, device="cuda")
+    with torch.no_grad():
+        hidden = MODEL["encoder"](MODEL["embed"](tokens))
+        values = MODEL["head"](hidden[:, -1]).squeeze(-1).float().tolist()
+    return [{"score": value, "load_s": LOAD_S, "load": LOAD} for value in values]
+"""
+
+WRITE_WEIGHTS = """\
+import json, sys, torch
+shape = json.loads(sys.argv[2])
+torch.manual_seed(0)
+layer = torch.nn.TransformerEncoderLayer(
+    shape["width"], shape["heads"], 4 * shape["width"], batch_first=True
+)
+model = torch.nn.ModuleDict({
+    "embed": torch.nn.Embedding(shape["vocab"], shape["width"]),
+    "encoder": torch.nn.TransformerEncoder(layer, shape["layers"], enable_nested_tensor=False),
+    "head": torch.nn.Linear(shape["width"], 1),
+}).to(torch.bfloat16)
+torch.save(model.state_dict(), sys.argv[1] + "/rm.pt")
+json.dump(shape, open(sys.argv[1] + "/shape.json", "w"))
+print(sum(p.numel() for p in model.parameters()))
+"""
+
+
+@dataclass
+class ModeResult:
+    batch_s: list[float]
+    load_s: list[float]
+    #: Which load of the scorer scored each batch.
+    loads: list[str]
+    scores: list[float]
+    #: The sandbox's cgroups (None: rlimits only).
+    cgroups: str | None
+
+
+def samples(batch: int, tokens: int, vocab: int, seed: int) -> list[list[int]]:
+    return [
+        [(seed * 7919 + row * 104729 + col * 31) % vocab for col in range(tokens)]
+        for row in range(batch)
+    ]
+
+
+def members(rows: list[list[int]], gpu: str, name: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"{name}-{i}",
+            "attempt": 1,
+            "type": "reward.python",
+            "tenant": "bench",
+            "payload": {"code": SCORER, "sample": row},
+            # Each member's share of the batch's 4 cores, 64 GiB and GPU.
+            "allocation": {"cpu": 4 / len(rows), "memory": 65536 / len(rows), "gpu": 1 / len(rows)},
+            "units": 1,
+            "timeout_s": 600,
+            "gpus": [gpu],
+            "batch_id": f"batch:{name}",
+            "batch_size": len(rows),
+        }
+        for i, row in enumerate(rows)
+    ]
+
+
+async def run_mode(
+    settings: SandboxSettings, batches: list[list[list[int]]], gpu: str, name: str
+) -> ModeResult:
+    box = Sandbox(settings)
+    scorer = ScorerExecutor(box)
+    result = ModeResult([], [], [], [], box.isolation.cgroups)
+    try:
+        for index, rows in enumerate(batches):
+            began = time.monotonic()
+            outcomes = await scorer.execute_batch(members(rows, gpu, f"{name}{index}"))
+            result.batch_s.append(time.monotonic() - began)
+            failed = [o for o in outcomes if o.state != "succeeded"]
+            if failed:
+                raise SystemExit(
+                    f"{name}: batch {index} failed: {failed[0].error}\n{failed[0].stderr}"
+                )
+            scored = [json.loads(o.stdout) for o in outcomes]
+            result.load_s.append(scored[0]["load_s"])
+            result.loads.append(scored[0]["load"])
+            result.scores += [s["score"] for s in scored]
+        await scorer.cool()
+    finally:
+        box.close()
+    return result
+
+
+def gpu_name() -> str:
+    done = subprocess.run(
+        ["nvidia-smi", "-i", "0", "--query-gpu=name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=64, help="samples per batch")
+    parser.add_argument("--tokens", type=int, default=512, help="tokens per sample")
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--python", default=sys.executable, help="the sandbox's Python (torch)")
+    parser.add_argument("--cgroup-parent", help="a delegated cgroup v2 dir, as the agent's")
+    args = parser.parse_args()
+    probe = subprocess.run(
+        [args.python, "-c", "import torch; assert torch.cuda.is_available()"], capture_output=True
+    )
+    if shutil.which("nvidia-smi") is None or probe.returncode != 0:
+        raise SystemExit(f"needs an NVIDIA GPU and PyTorch with CUDA for {args.python}")
+    shape = {"layers": args.layers, "width": args.width, "heads": 16, "vocab": 32000}
+    root = Path(tempfile.mkdtemp(prefix="tangram-gpu-bench-"))
+    root.chmod(0o711)
+    models = root / "models"
+    models.mkdir(mode=0o755)
+    try:
+        wrote = subprocess.run(
+            [args.python, "-c", WRITE_WEIGHTS, str(models), json.dumps(shape)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        (models / "rm.pt").chmod(0o644)
+        (models / "shape.json").chmod(0o644)
+        params = int(wrote.stdout.strip())
+        batches = [
+            samples(args.batch, args.tokens, shape["vocab"], seed) for seed in range(args.batches)
+        ]
+        base = SandboxSettings(
+            work_root=root / "work",
+            python=args.python,
+            ro_binds=(*environment_binds(args.python), (str(models), "/models")),
+            cgroup_parent=args.cgroup_parent,
+        )
+        results = {}
+        for name, residents in (("resident", 2), ("cold", 0)):
+            settings = replace(base, residents=residents)
+            results[name] = asyncio.run(run_mode(settings, batches, "0", name))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    gap = max(
+        abs(a - b) for a, b in zip(results["resident"].scores, results["cold"].scores, strict=True)
+    )
+    print(
+        f"{gpu_name()}: {params / 1e6:.0f} M parameters (bf16, {params * 2 / 2**30:.2f} GiB), "
+        f"{args.batches} batches of {args.batch} x {args.tokens} tokens, "
+        f"sandbox cgroups {results['cold'].cgroups or 'none (rlimits only)'}"
+    )
+    print(f"{'mode':<10} {'first s':>8} {'later s':>8} {'loads':>6} {'load s':>7}")
+    for name, result in results.items():
+        later = statistics.mean(result.batch_s[1:]) if len(result.batch_s) > 1 else float("nan")
+        loads = len(set(result.loads))
+        print(
+            f"{name:<10} {result.batch_s[0]:>8.2f} {later:>8.3f} {loads:>6} "
+            f"{statistics.mean(result.load_s):>7.2f}"
+        )
+    cold = statistics.mean(results["cold"].batch_s[1:])
+    warm = statistics.mean(results["resident"].batch_s[1:])
+    print(f"later batches, cold / resident: {cold / warm:.1f}x; largest score gap {gap:.2e}")
+
+
+if __name__ == "__main__":
+    main()
