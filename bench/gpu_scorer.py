@@ -3,6 +3,7 @@ the scorer loaded saves against loading it for every batch.
 
     python -m bench.gpu_scorer                       # needs an NVIDIA GPU and PyTorch with CUDA
     python -m bench.gpu_scorer --batches 6 --batch 64 --layers 12 --width 2048
+    python -m bench.gpu_scorer --url URL --token T --models DIR   # live, through a deployment
 
 The model is a transformer encoder with a scalar head (``--layers``, ``--width``,
 bf16), its weights written once to a directory every sandbox sees read-only at
@@ -18,6 +19,13 @@ the policy formed:
 
 Both modes score the same samples; the scores must agree. Prints per mode the
 first batch, the mean of the later ones and their ratio, and the model's size.
+
+``--url``: the same calls through a deployment's API, policy and a GPU agent,
+one burst of ``--batch`` calls per ``--batches``, as ``Client.score`` sends
+them (one call per sample, batched by the scheduler). The weights go to
+``--models``, which that agent must bind at ``/models``
+(``--sandbox-ro-bind DIR:/models``). Prints per burst its wall time, mean
+ACT, the batches the policy formed, the scorer's loads and the GPUs used.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any
 
 from tangram_agent.executors import Sandbox, SandboxSettings, ScorerExecutor
 from tangram_agent.executors.sandbox import environment_binds
+from tangram_client import Client
 
 SCORER = """\
 import json, time, uuid
@@ -150,6 +159,19 @@ async def run_mode(
     return result
 
 
+def write_weights(python: str, models: Path, shape: dict[str, int]) -> int:
+    """The model's weights and shape in ``models``, readable by the sandboxes; its parameters."""
+    wrote = subprocess.run(
+        [python, "-c", WRITE_WEIGHTS, str(models), json.dumps(shape)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (models / "rm.pt").chmod(0o644)
+    (models / "shape.json").chmod(0o644)
+    return int(wrote.stdout.strip())
+
+
 def gpu_name() -> str:
     done = subprocess.run(
         ["nvidia-smi", "-i", "0", "--query-gpu=name", "--format=csv,noheader"],
@@ -157,6 +179,39 @@ def gpu_name() -> str:
         text=True,
     )
     return done.stdout.strip()
+
+
+def live(url: str, token: str, bursts: list[list[list[int]]]) -> None:
+    """Each burst as ``Client.score`` sends it, through the deployment at ``url``."""
+    print(f"{'burst':>5} {'wall s':>7} {'mean ACT s':>10} {'batches':>7} {'loads':>5}  gpus")
+    seen_loads: set[str] = set()
+    with Client(url, token) as client:
+        for index, rows in enumerate(bursts, start=1):
+            began = time.monotonic()
+            calls = client.submit_many(
+                [
+                    {
+                        "type": "reward.python",
+                        "payload": {"code": SCORER, "sample": row},
+                        "batch_key": "bench-gpu-rm",
+                        "batch_limit": 64,
+                        "demand": {"cpu": 4, "memory": 16384, "gpu": 1},
+                        "timeout_s": 600,
+                    }
+                    for row in rows
+                ]
+            )
+            done = client.wait_all([call.id for call in calls], 900)
+            wall = time.monotonic() - began
+            failed = [action for action in done if not action.ok]
+            if failed:
+                raise SystemExit(f"burst {index}: {failed[0].error}\n{failed[0].stderr}")
+            loads = {json.loads(action.stdout)["load"] for action in done}
+            new_loads, seen_loads = len(loads - seen_loads), seen_loads | loads
+            batches = len({action.batch_id or action.id for action in done})
+            gpus = sorted({f"{action.node}:{gpu}" for action in done for gpu in action.gpus})
+            act = statistics.mean(action.act_s or 0.0 for action in done)
+            print(f"{index:>5} {wall:>7.2f} {act:>10.2f} {batches:>7} {new_loads:>5}  {gpus}")
 
 
 def main() -> None:
@@ -168,30 +223,37 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--python", default=sys.executable, help="the sandbox's Python (torch)")
     parser.add_argument("--cgroup-parent", help="a delegated cgroup v2 dir, as the agent's")
-    args = parser.parse_args()
-    probe = subprocess.run(
-        [args.python, "-c", "import torch; assert torch.cuda.is_available()"], capture_output=True
+    parser.add_argument("--url", help="a deployment with a GPU agent: the calls go through it")
+    parser.add_argument("--token", help="a tenant token for --url")
+    parser.add_argument(
+        "--models", type=Path, help="with --url: the dir the agent binds at /models"
     )
-    if shutil.which("nvidia-smi") is None or probe.returncode != 0:
-        raise SystemExit(f"needs an NVIDIA GPU and PyTorch with CUDA for {args.python}")
+    args = parser.parse_args()
+    if args.url and not (args.token and args.models):
+        parser.error("--url needs --token and --models")
+    # Live, this Python only writes the weights; here, its sandboxes run them on GPU 0.
+    check = "import torch" if args.url else "import torch; assert torch.cuda.is_available()"
+    probe = subprocess.run([args.python, "-c", check], capture_output=True)
+    if probe.returncode != 0 or (not args.url and shutil.which("nvidia-smi") is None):
+        need = "PyTorch" if args.url else "an NVIDIA GPU and PyTorch with CUDA"
+        raise SystemExit(f"needs {need} for {args.python}")
     shape = {"layers": args.layers, "width": args.width, "heads": 16, "vocab": 32000}
     root = Path(tempfile.mkdtemp(prefix="tangram-gpu-bench-"))
     root.chmod(0o711)
-    models = root / "models"
-    models.mkdir(mode=0o755)
+    models = args.models or root / "models"
+    models.mkdir(mode=0o755, exist_ok=True)
     try:
-        wrote = subprocess.run(
-            [args.python, "-c", WRITE_WEIGHTS, str(models), json.dumps(shape)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        (models / "rm.pt").chmod(0o644)
-        (models / "shape.json").chmod(0o644)
-        params = int(wrote.stdout.strip())
+        params = write_weights(args.python, models, shape)
         batches = [
             samples(args.batch, args.tokens, shape["vocab"], seed) for seed in range(args.batches)
         ]
+        print(
+            f"{params / 1e6:.0f} M parameters (bf16, {params * 2 / 2**30:.2f} GiB), "
+            f"{args.batches} batches of {args.batch} x {args.tokens} tokens"
+        )
+        if args.url:
+            live(args.url, args.token, batches)
+            return
         base = SandboxSettings(
             work_root=root / "work",
             python=args.python,
@@ -207,11 +269,7 @@ def main() -> None:
     gap = max(
         abs(a - b) for a, b in zip(results["resident"].scores, results["cold"].scores, strict=True)
     )
-    print(
-        f"{gpu_name()}: {params / 1e6:.0f} M parameters (bf16, {params * 2 / 2**30:.2f} GiB), "
-        f"{args.batches} batches of {args.batch} x {args.tokens} tokens, "
-        f"sandbox cgroups {results['cold'].cgroups or 'none (rlimits only)'}"
-    )
+    print(f"{gpu_name()}, sandbox cgroups {results['cold'].cgroups or 'none (rlimits only)'}")
     print(f"{'mode':<10} {'first s':>8} {'later s':>8} {'loads':>6} {'load s':>7}")
     for name, result in results.items():
         later = statistics.mean(result.batch_s[1:]) if len(result.batch_s) > 1 else float("nan")
