@@ -162,6 +162,7 @@ class Agent:
             await self._stop_event.wait()
             await self._drain()
         finally:
+            await self._say_goodbye()
             connection.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await connection
@@ -180,6 +181,14 @@ class Agent:
     def _wake_stop(self) -> None:
         if self._stop_event is not None:
             self._stop_event.set()
+
+    async def _say_goodbye(self) -> None:
+        """Close the connection as going away (1001): cancelling the connection would
+        close it as an internal error (1011), and a clean stop is not one."""
+        ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(1001, "agent stopping"), FLUSH_TIMEOUT_S)
 
     async def _drain(self) -> None:
         runs = [run.task for run in self._runs.values()]
@@ -224,7 +233,8 @@ class Agent:
                 ) as ws:
                     await self._session(ws)
                     failures = 0
-                    log.warning("connection to %s closed", self.config.ws_url)
+                    if not self._stopping:
+                        log.warning("connection to %s closed", self.config.ws_url)
             except AgentRejected as exc:
                 log.error("server rejected agent %s: %s", self.config.name, exc)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake, InvalidURI) as exc:

@@ -29,8 +29,16 @@ class FakeServer:
         self.connections = 0
         self.authorization: list[str | None] = []
         self.reject_next = False
+        #: How each connection ended: the code the agent closed it with.
+        self.close_codes: list[int | None] = []
 
     async def handler(self, ws: ServerConnection) -> None:
+        try:
+            await self._serve(ws)
+        finally:
+            self.close_codes.append(ws.close_code)
+
+    async def _serve(self, ws: ServerConnection) -> None:
         self.authorization.append(ws.request.headers.get("Authorization") if ws.request else None)
         async for raw in ws:
             message = json.loads(raw)

@@ -57,6 +57,21 @@ def test_registers_its_gpu_groups_and_offers_them_as_capacity() -> None:
     arun(scenario)
 
 
+def test_a_stopping_agent_closes_its_connection_as_going_away() -> None:
+    """1001, not the 1011 (internal error) that cancelling the connection would send."""
+
+    async def scenario() -> None:
+        async with running_agent() as (server, _):
+            await server.next("register")
+        for _ in range(100):
+            if server.close_codes:
+                break
+            await asyncio.sleep(0.05)
+        assert server.close_codes == [1001]
+
+    arun(scenario)
+
+
 def test_assign_reports_started_then_result_and_ack_clears_it() -> None:
     async def scenario() -> None:
         async with running_agent() as (server, agent):
