@@ -47,21 +47,29 @@ from tangram_agent.executors import Sandbox, SandboxSettings, ScorerExecutor
 from tangram_agent.executors.sandbox import environment_binds
 from tangram_client import Client
 
-SCORER = """\
+#: The model, as code both the weights' writer and the scorer run.
+MODEL = """\
+import torch
+def build(shape):
+    layer = torch.nn.TransformerEncoderLayer(
+        shape["width"], shape["heads"], 4 * shape["width"], batch_first=True
+    )
+    return torch.nn.ModuleDict({
+        "embed": torch.nn.Embedding(shape["vocab"], shape["width"]),
+        "encoder": torch.nn.TransformerEncoder(layer, shape["layers"], enable_nested_tensor=False),
+        "head": torch.nn.Linear(shape["width"], 1),
+    })
+"""
+
+SCORER = (
+    """\
 import json, time, uuid
 began = time.monotonic()
-import torch
-SHAPE = json.load(open("/models/shape.json"))
-torch.manual_seed(0)
+"""
+    + MODEL
+    + """\
 with torch.device("meta"):
-    layer = torch.nn.TransformerEncoderLayer(
-        SHAPE["width"], SHAPE["heads"], 4 * SHAPE["width"], batch_first=True
-    )
-    MODEL = torch.nn.ModuleDict({
-        "embed": torch.nn.Embedding(SHAPE["vocab"], SHAPE["width"]),
-        "encoder": torch.nn.TransformerEncoder(layer, SHAPE["layers"], enable_nested_tensor=False),
-        "head": torch.nn.Linear(SHAPE["width"], 1),
-    })
+    MODEL = build(json.load(open("/models/shape.json")))
 weights = torch.load("/models/rm.pt", map_location="cuda", mmap=True, weights_only=True)
 MODEL.load_state_dict(weights, assign=True)
 MODEL.eval()
@@ -76,23 +84,20 @@ def score(samples):
         values = MODEL["head"](hidden[:, -1]).squeeze(-1).float().tolist()
     return [{"score": value, "load_s": LOAD_S, "load": LOAD} for value in values]
 """
+)
 
-WRITE_WEIGHTS = """\
-import json, sys, torch
+WRITE_WEIGHTS = (
+    MODEL
+    + """\
+import json, sys
 shape = json.loads(sys.argv[2])
 torch.manual_seed(0)
-layer = torch.nn.TransformerEncoderLayer(
-    shape["width"], shape["heads"], 4 * shape["width"], batch_first=True
-)
-model = torch.nn.ModuleDict({
-    "embed": torch.nn.Embedding(shape["vocab"], shape["width"]),
-    "encoder": torch.nn.TransformerEncoder(layer, shape["layers"], enable_nested_tensor=False),
-    "head": torch.nn.Linear(shape["width"], 1),
-}).to(torch.bfloat16)
+model = build(shape).to(torch.bfloat16)
 torch.save(model.state_dict(), sys.argv[1] + "/rm.pt")
 json.dump(shape, open(sys.argv[1] + "/shape.json", "w"))
 print(sum(p.numel() for p in model.parameters()))
 """
+)
 
 
 @dataclass
