@@ -8,13 +8,12 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from tangram_agent.executors import DEFAULT_OUTPUT_CAP, KNOWN_EXECUTORS, SandboxSettings
+from tangram_agent.executors.sandbox import HOST_SYSTEM_DIRS, seen_by_every_sandbox
 from tangram_agent.gpus import GpuGroups, check_gpu_groups
 
 #: The sandbox's own directories: an operator's read-only bind may not cover them
 #: (under /tmp it may: the bind is mounted over the sandbox's fresh /tmp).
-SANDBOX_OWN_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sandbox")
-#: Where an interpreter on the host is also found in the sandbox without a bind.
-SANDBOX_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64")
+SANDBOX_OWN_PATHS = (*HOST_SYSTEM_DIRS, "/etc", "/proc", "/dev", "/sandbox")
 
 
 def default_cpu() -> float:
@@ -149,9 +148,9 @@ def _check_sandbox_python(python: str, ro_binds: tuple[tuple[str, str], ...]) ->
         raise ValueError(f"{what}: the path must be absolute")
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise ValueError(f"{what}: not an executable file on this host")
-    tops = [*SANDBOX_SYSTEM_PATHS, *(host for host, inside in ro_binds if host == inside)]
+    same_path = [host for host, inside in ro_binds if host == inside]
     for path in dict.fromkeys((python, os.path.realpath(python))):
-        if not any(_within(path, top) for top in tops):
+        if not (seen_by_every_sandbox(path) or any(_within(path, top) for top in same_path)):
             raise ValueError(
                 f"{what}: a sandbox would not see {path}; bind the directory holding it "
                 "at the same path (--sandbox-ro-bind DIR)"

@@ -73,6 +73,9 @@ LAUNCH_FAILED = 125
 UID_BLOCK = 1024
 #: How long a killed run's launcher may take to be reaped before it is killed on its own.
 REAP_WAIT_S = 5.0
+#: The host's directories every sandbox sees, read-only (``/usr`` and the
+#: top-level ones a distribution may keep beside it or link into it).
+HOST_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: The dynamic loader's cache of library paths (``ldconfig``'s output).
 HOST_LOADER_CACHE = Path("/etc/ld.so.cache")
 #: Device files every CUDA process needs besides its GPUs' own ``nvidiaN``.
@@ -98,8 +101,12 @@ def environment_binds(python: str) -> tuple[tuple[str, str], ...]:
     )
     interpreter_home = os.path.dirname(os.path.dirname(os.path.realpath(python)))
     tops = {os.path.realpath(line) for line in done.stdout.split()} | {interpreter_home}
-    bound = sorted(top for top in tops if not PurePosixPath(top).is_relative_to("/usr"))
-    return tuple((top, top) for top in bound)
+    return tuple((top, top) for top in sorted(tops) if not seen_by_every_sandbox(top))
+
+
+def seen_by_every_sandbox(path: str) -> bool:
+    """Whether ``path`` is under the host directories every sandbox sees."""
+    return any(PurePosixPath(path).is_relative_to(top) for top in HOST_SYSTEM_DIRS)
 
 
 def default_work_root() -> Path:
@@ -436,13 +443,12 @@ class Sandbox:
             argv.append("--disable-userns")
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
         argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        argv += ["--ro-bind", "/usr", "/usr"]
-        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            host = Path("/") / top
+        for top in HOST_SYSTEM_DIRS:
+            host = Path(top)
             if host.is_symlink():
-                argv += ["--symlink", os.readlink(host), f"/{top}"]
+                argv += ["--symlink", os.readlink(host), top]
             elif host.is_dir():
-                argv += ["--ro-bind", str(host), f"/{top}"]
+                argv += ["--ro-bind", top, top]
         argv += ["--proc", "/proc", "--dev", "/dev"]
         for name in devices:
             argv += ["--dev-bind", str(self.settings.device_dir / name), f"/dev/{name}"]
