@@ -9,9 +9,13 @@ and listing ``cgroup.procs`` finds every process to kill.
 
 Both hierarchies are supported. cgroup v1 (one mount per controller) works as
 root anywhere the controllers are mounted writable. cgroup v2 needs a parent
-whose ``cgroup.subtree_control`` can enable ``memory`` and ``pids`` (a
-delegated cgroup, given by ``--cgroup-parent``). Nested under the agent's own
-cgroup, so a container's limits still bound the sandboxes.
+whose ``cgroup.subtree_control`` can enable ``memory`` and ``pids``: a
+delegated cgroup given by ``--cgroup-parent``, or the agent's own. v2 enables
+controllers for a cgroup's children only while no process is in it, so an
+agent alone in its cgroup (a systemd service with ``Delegate=yes``, a
+container's only process) first moves itself into a leaf child, as systemd
+asks of delegated services. Nested under the agent's own cgroup, so a
+container's limits still bound the sandboxes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from pathlib import Path
 log = logging.getLogger("tangram.agent")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: The leaf child of its own cgroup an agent alone in it moves into (cgroup v2).
+AGENT_LEAF = "agent"
 CPU_PERIOD_US = 100_000
 
 
@@ -150,6 +156,23 @@ class RunCgroup:
                 log.warning("could not remove cgroup %s", d)
 
 
+def move_into_leaf(base: Path, pid: int) -> bool:
+    """Move process ``pid`` into ``base``'s leaf child :data:`AGENT_LEAF` if it is the
+    only process in ``base``; whether it moved. A process that shares its cgroup
+    leaves it alone: moving the others is not its business."""
+    try:
+        if (base / "cgroup.procs").read_text().split() != [str(pid)]:
+            return False
+        leaf = base / AGENT_LEAF
+        leaf.mkdir(exist_ok=True)
+        _write(leaf / "cgroup.procs", str(pid))
+    except OSError as exc:
+        log.debug("could not move into a leaf of %s: %s", base, exc)
+        return False
+    log.info("moved the agent into %s so that %s can hold its runs' cgroups", leaf, base)
+    return True
+
+
 class CgroupManager:
     """Creates per-run cgroups under one parent per controller."""
 
@@ -219,10 +242,16 @@ class CgroupManager:
             wanted = [c for c in ("memory", "pids", "cpu") if c in available]
             if "memory" not in wanted or "pids" not in wanted:
                 return None
-            _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+            enable = " ".join(f"+{c}" for c in wanted)
+            try:
+                _write(base / "cgroup.subtree_control", enable)
+            except OSError:
+                if parent is not None or not move_into_leaf(base, os.getpid()):
+                    raise
+                _write(base / "cgroup.subtree_control", enable)
             own_dir = base / name
             own_dir.mkdir(exist_ok=True)
-            _write(own_dir / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+            _write(own_dir / "cgroup.subtree_control", enable)
         except OSError as exc:
             log.debug("cgroup v2 at %s not usable: %s", base, exc)
             return None
