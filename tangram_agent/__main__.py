@@ -12,9 +12,15 @@ import sys
 from pathlib import Path
 
 from tangram_agent.agent import Agent
-from tangram_agent.config import AgentConfig, default_cpu, default_memory_mib
+from tangram_agent.config import (
+    AgentConfig,
+    default_cpu,
+    default_memory_mib,
+    gpus_argument,
+    resolve_gpus,
+    ro_bind_argument,
+)
 from tangram_agent.executors import DEFAULT_OUTPUT_CAP, KNOWN_EXECUTORS
-from tangram_agent.gpus import GpuGroups, discover_gpus, parse_gpu_groups
 
 log = logging.getLogger("tangram.agent")
 
@@ -24,22 +30,6 @@ def _label(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"labels are KEY=VALUE, got {text!r}")
     return key, value
-
-
-def _gpus(text: str) -> GpuGroups | None:
-    """``--gpus``: groups of ids, ``none``, or ``auto`` (None: ask ``nvidia-smi``)."""
-    if text.strip().lower() == "auto":
-        return None
-    try:
-        return parse_gpu_groups(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--gpus {text!r}: {exc}") from None
-
-
-def _ro_bind(text: str) -> tuple[str, str]:
-    """``--sandbox-ro-bind HOST[:SANDBOX]``: the same path inside unless named."""
-    host, _, inside = text.partition(":")
-    return host, inside or host
 
 
 def parse_args(argv: list[str] | None = None) -> AgentConfig:
@@ -60,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     )
     parser.add_argument(
         "--gpus",
-        type=_gpus,
+        type=gpus_argument,
         default=env.get("TANGRAM_GPUS", "none"),
         help="$TANGRAM_GPUS: GPU ids (the N of /dev/nvidiaN) by interconnect group, e.g. "
         "0,1,2,3/4,5,6,7; 'none' (default); or 'auto': every GPU nvidia-smi lists, in one group",
@@ -98,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     )
     parser.add_argument(
         "--sandbox-ro-bind",
-        type=_ro_bind,
+        type=ro_bind_argument,
         action="append",
         default=[],
         metavar="HOST[:SANDBOX]",
@@ -114,11 +104,7 @@ def parse_args(argv: list[str] | None = None) -> AgentConfig:
     )
     if not args.server:
         parser.error("--server (or TANGRAM_SERVER) is required")
-    gpu_groups, gpu_memory_mib = args.gpus, args.gpu_memory_mib
-    if gpu_groups is None:
-        gpu_groups, found_memory_mib = discover_gpus()
-        if gpu_memory_mib is None:
-            gpu_memory_mib = found_memory_mib
+    gpu_groups, gpu_memory_mib = resolve_gpus(args.gpus, args.gpu_memory_mib)
     try:
         return AgentConfig(
             server=args.server,

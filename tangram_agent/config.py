@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -9,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tangram_agent.executors import DEFAULT_OUTPUT_CAP, KNOWN_EXECUTORS, SandboxSettings
 from tangram_agent.executors.sandbox import HOST_SYSTEM_DIRS, seen_by_every_sandbox
-from tangram_agent.gpus import GpuGroups, check_gpu_groups
+from tangram_agent.gpus import GpuGroups, check_gpu_groups, discover_gpus, parse_gpu_groups
 
 #: The sandbox's own directories: an operator's read-only bind may not cover them
 #: (under /tmp it may: the bind is mounted over the sandbox's fresh /tmp).
@@ -30,6 +31,32 @@ def default_memory_mib() -> float:
     except OSError:
         pass
     return 1024.0
+
+
+def gpus_argument(text: str) -> GpuGroups | None:
+    """``--gpus``: groups of ids, ``none``, or ``auto`` (None: ask ``nvidia-smi``)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return parse_gpu_groups(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
+def resolve_gpus(
+    groups: GpuGroups | None, memory_mib: float | None
+) -> tuple[GpuGroups, float | None]:
+    """The GPUs to offer and their memory: ``nvidia-smi``'s where ``--gpus auto``."""
+    if groups is not None:
+        return groups, memory_mib
+    found, found_memory_mib = discover_gpus()
+    return found, found_memory_mib if memory_mib is None else memory_mib
+
+
+def ro_bind_argument(text: str) -> tuple[str, str]:
+    """``--sandbox-ro-bind HOST[:SANDBOX]``: the same path inside unless named."""
+    host, _, inside = text.partition(":")
+    return host, inside or host
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management import call_command
@@ -18,6 +18,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.core.exceptions import ApplicationError
 from apps.core.services import demo_seed
+from tangram_agent.config import AgentConfig, gpus_argument, resolve_gpus, ro_bind_argument
+
+if TYPE_CHECKING:
+    from tangram_agent.agent import Agent
 
 
 class Command(BaseCommand):
@@ -34,6 +38,26 @@ class Command(BaseCommand):
             type=int,
             default=None,
             help="idle reward.python scorers the agent keeps loaded (0: none)",
+        )
+        parser.add_argument(
+            "--agent-gpus",
+            type=gpus_argument,
+            default=os.environ.get("TANGRAM_GPUS", "none"),
+            help="$TANGRAM_GPUS: the GPUs to offer, as tangram-agent's --gpus "
+            "(0,1/2,3, 'auto' for every GPU nvidia-smi lists, or 'none')",
+        )
+        parser.add_argument(
+            "--agent-sandbox-python",
+            default=os.environ.get("TANGRAM_SANDBOX_PYTHON"),
+            help="$TANGRAM_SANDBOX_PYTHON: as tangram-agent's --sandbox-python",
+        )
+        parser.add_argument(
+            "--agent-sandbox-ro-bind",
+            type=ro_bind_argument,
+            action="append",
+            default=[],
+            metavar="HOST[:SANDBOX]",
+            help="as tangram-agent's --sandbox-ro-bind; repeatable",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -52,6 +76,7 @@ class Command(BaseCommand):
         except ApplicationError as exc:  # only the fixed token can be refused
             raise CommandError(f"TANGRAM_DEMO_TOKEN: {exc.message}") from exc
         base = f"http://{options['host']}:{options['port']}"
+        agent = None if options["no_agent"] else self._agent(options, base, demo.agent_token)
         self.stdout.write(
             "\n".join(
                 [
@@ -70,17 +95,15 @@ class Command(BaseCommand):
                 ]
             )
         )
-        self._serve(options, base, demo.agent_token)
+        self._serve(options, agent)
 
-    def _serve(self, options: dict[str, Any], base: str, agent_token: str) -> None:
+    def _serve(self, options: dict[str, Any], agent: Agent | None) -> None:
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
         from twisted.internet import reactor
 
         from apps.scheduling.runner import runner
         from tangram_web.asgi import application
-
-        agent = None if options["no_agent"] else self._agent(options, base, agent_token)
 
         def start_background() -> None:
             asyncio.ensure_future(runner.run())
@@ -104,9 +127,8 @@ class Command(BaseCommand):
                 agent.stop()
 
     @staticmethod
-    def _agent(options: dict[str, Any], base: str, token: str):  # type: ignore[no-untyped-def]
+    def _agent(options: dict[str, Any], base: str, token: str) -> Agent:
         from tangram_agent.agent import Agent
-        from tangram_agent.config import AgentConfig
 
         sizes = {
             k: v
@@ -117,4 +139,18 @@ class Command(BaseCommand):
             )
             if v is not None
         }
-        return Agent(AgentConfig(server=base, token=token, name="local", **sizes))
+        gpu_groups, gpu_memory_mib = resolve_gpus(options["agent_gpus"], None)
+        try:
+            config = AgentConfig(
+                server=base,
+                token=token,
+                name="local",
+                gpu_groups=gpu_groups,
+                gpu_memory_mib=gpu_memory_mib,
+                sandbox_python=options["agent_sandbox_python"],
+                sandbox_ro_binds=tuple(options["agent_sandbox_ro_bind"]),
+                **sizes,
+            )
+        except ValueError as exc:
+            raise CommandError(f"the local agent: {exc}") from exc
+        return Agent(config)
