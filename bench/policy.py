@@ -5,6 +5,7 @@
     python -m bench.policy fixtures/workloads/mixed.yaml --format json
     python -m bench.policy fixtures/workloads/mixed.yaml --ablations
     python -m bench.policy fixtures/workloads/longtail.yaml --hints 0.5
+    python -m bench.policy fixtures/workloads/gpuburst.yaml --by-type
 
 Metrics pool all seeds' actions and steps; ``min_ratio`` columns are the worst
 seed, so a ratio that holds there holds on every seed. ``--savings`` bisects
@@ -12,6 +13,9 @@ the pool scale (every node group by the same factor) for the smallest pool on
 which ``tangram``'s mean step time is at most ``static``'s on the full pool.
 ``--hints CV`` has the clients hint every action's run time, off by a
 lognormal factor of mean 1 and that coefficient of variation (0: exact).
+``--by-type`` tells where each action type's ACT went: its mean wait in the
+queue (the rest is setup, start and run) and the units it ended on (the JSON
+has these always, as ``by_type``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 from tangram_policy.registry import ABLATIONS, POLICIES
 from tangram_sim.bound import capacity, saving_pct
-from tangram_sim.sim import PolicyError, SimResult, Simulation, quantile, simulate
+from tangram_sim.sim import PolicyError, SimResult, Simulation, TypeTotals, quantile, simulate
 from tangram_sim.workload import Workload, WorkloadError, load_workload
 
 BASELINES = ("static", "partitioned", "fifo")
@@ -43,14 +47,32 @@ def aggregate(results: list[SimResult]) -> dict[str, Any]:
         values = [s[key][kind] if kind else s[key] for s in summaries]
         return sum(values) / len(values)
 
-    tenants: dict[str, tuple[float, int]] = {}
+    types: dict[tuple[str, str], TypeTotals] = {}
     for result in results:
-        for tenant, (total, count) in result.tenant_acts.items():
-            was_total, was_count = tenants.get(tenant, (0.0, 0))
-            tenants[tenant] = (was_total + total, was_count + count)
+        for key, totals in result.type_totals.items():
+            pooled = types.setdefault(key, TypeTotals())
+            pooled.actions += totals.actions
+            pooled.act_s += totals.act_s
+            pooled.wait_s += totals.wait_s
+            pooled.units += totals.units
+    tenants: dict[str, tuple[float, int]] = {}
+    for (tenant, _), totals in types.items():
+        was_total, was_count = tenants.get(tenant, (0.0, 0))
+        tenants[tenant] = (was_total + totals.act_s, was_count + totals.actions)
     return {
         "mean_act_s": sum(acts) / len(acts) if acts else 0.0,
         "mean_act_by_tenant_s": {t: total / count for t, (total, count) in sorted(tenants.items())},
+        "by_type": [
+            {
+                "tenant": tenant,
+                "type": type_,
+                "actions": totals.actions,
+                "mean_act_s": totals.act_s / totals.actions,
+                "mean_wait_s": totals.wait_s / totals.actions,
+                "mean_units": totals.units / totals.actions,
+            }
+            for (tenant, type_), totals in sorted(types.items())
+        ],
         "p50_act_s": quantile(acts, 0.50),
         "p95_act_s": quantile(acts, 0.95),
         "p99_act_s": quantile(acts, 0.99),
@@ -197,7 +219,7 @@ def _hours(value: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.1f}" for k, v in shown.items())
 
 
-def table(report: dict[str, Any]) -> str:
+def table(report: dict[str, Any], by_type: bool = False) -> str:
     policies: dict[str, dict[str, Any]] = report["policies"]
     lines = [
         f"workload {report['workload']}  seeds {report['seeds']}",
@@ -219,6 +241,8 @@ def table(report: dict[str, Any]) -> str:
             lines.append(
                 f"{name:<24}" + "".join(f"{by_tenant.get(t, 0.0):>14.2f}" for t in tenants)
             )
+    if by_type:
+        lines += ["", *_type_lines(policies)]
     if report["ratios"]:
         lines += ["", f"{'ratio (baseline / tangram)':<34}{'ACT':>8}{'worst seed':>12}"]
         lines[-1] += f"{'step':>8}{'worst seed':>12}"
@@ -245,6 +269,30 @@ def table(report: dict[str, Any]) -> str:
             )
     lines.append(f"\n({report['wall_s']:.1f}s)")
     return "\n".join(lines)
+
+
+def _type_lines(policies: dict[str, dict[str, Any]]) -> list[str]:
+    """Per action type and policy: mean ACT / mean wait, and units at the end (``xU``)."""
+    rows: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for name, m in policies.items():
+        for row in m["by_type"]:
+            rows.setdefault((row["tenant"], row["type"]), {})[name] = row
+    label = max([len(f"{t} {a} (000000)") for t, a in rows] + [36])
+    lines = [
+        f"{'mean ACT / wait s, xunits':<{label}}" + "".join(f"{name:>23}" for name in policies)
+    ]
+    for (tenant, type_), cells in sorted(rows.items()):
+        count = max(row["actions"] for row in cells.values())
+        line = f"{f'{tenant} {type_} ({count})':<{label}}"
+        for name in policies:
+            row = cells.get(name)
+            line += (
+                f"{row['mean_act_s']:>9.2f} /{row['mean_wait_s']:>6.2f} x{row['mean_units']:<4.2f}"
+                if row
+                else f"{'-':>23}"
+            )
+        lines.append(line)
+    return lines
 
 
 def parse_workload(parser: argparse.ArgumentParser, path: str) -> Workload:
@@ -284,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel"
     )
+    parser.add_argument(
+        "--by-type", action="store_true", help="also each action type's mean ACT, wait and units"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     workload = parse_workload(parser, args.workload)
@@ -322,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(table(report))
+        print(table(report, by_type=args.by_type))
     return 0
 
 

@@ -252,6 +252,17 @@ class ActionRecord:
 
 
 @dataclass(slots=True)
+class TypeTotals:
+    """Sums over one (tenant, action type)'s finished actions: where its ACT went."""
+
+    actions: int = 0
+    act_s: float = 0.0
+    wait_s: float = 0.0
+    #: Units held at the end, summed (elastic actions grow and shrink on the way).
+    units: int = 0
+
+
+@dataclass(slots=True)
 class SimResult:
     policy: str
     workload: str
@@ -263,8 +274,8 @@ class SimResult:
     busy: dict[str, float]
     rounds: int
     records: list[ActionRecord] = field(default_factory=list)
-    #: Per tenant, the sum of its actions' ACTs and their count.
-    tenant_acts: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: Per (tenant, action type).
+    type_totals: dict[tuple[str, str], TypeTotals] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         acts = sorted(self.acts)
@@ -342,7 +353,7 @@ class Simulation:
         self.stats: dict[tuple[str, str], DurationStat] = {}
         self.batch_stats: dict[tuple[str, str], BatchStat] = {}
         self.acts: list[float] = []
-        self.tenant_acts: dict[str, tuple[float, int]] = {}
+        self.type_totals: dict[tuple[str, str], TypeTotals] = {}
         self.steps: list[float] = []
         self.busy: dict[str, float] = {}
         self.rounds = 0
@@ -481,7 +492,7 @@ class Simulation:
             workload=self.workload.name,
             seed=self.workload.seed,
             acts=self.acts,
-            tenant_acts=self.tenant_acts,
+            type_totals=self.type_totals,
             steps=self.steps,
             makespan_s=self._makespan,
             capacity=self.capacity,
@@ -940,9 +951,14 @@ class Simulation:
             self._release(action)
         act = self.now - action.origin
         self.acts.append(act)
-        total, count = self.tenant_acts.get(action.tenant, (0.0, 0))
-        self.tenant_acts[action.tenant] = (total + act, count + 1)
         key = (action.tenant, action.type.id)
+        totals = self.type_totals.get(key)
+        if totals is None:
+            totals = self.type_totals[key] = TypeTotals()
+        totals.actions += 1
+        totals.act_s += act
+        totals.wait_s += action.started - action.origin
+        totals.units += action.units
         if action.batch is None:
             self.stats[key] = stat_update(
                 self.stats.get(key),

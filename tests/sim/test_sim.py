@@ -535,7 +535,11 @@ def test_the_bench_gives_each_tenant_its_mean_act() -> None:
     metrics = aggregate(results)
     by_tenant = metrics["mean_act_by_tenant_s"]
     assert set(by_tenant) == {"team-big", "team-small"}
-    counts = {t: sum(r.tenant_acts[t][1] for r in results) for t in by_tenant}
+    counts = {
+        tenant: sum(row["actions"] for row in metrics["by_type"] if row["tenant"] == tenant)
+        for tenant in by_tenant
+    }
+    assert sum(counts.values()) == metrics["actions"]
     pooled = sum(by_tenant[t] * counts[t] for t in by_tenant) / sum(counts.values())
     assert pooled == pytest.approx(metrics["mean_act_s"])
     assert by_tenant["team-big"] > by_tenant["team-small"]  # 8-core ~30 s jobs, ~4 s calls
@@ -548,6 +552,36 @@ def test_the_bench_gives_each_tenant_its_mean_act() -> None:
         f"{by_tenant['team-big']:.2f}",
         f"{by_tenant['team-small']:.2f}",
     ]
+
+
+def test_the_bench_tells_where_each_type_s_act_went() -> None:
+    """``--by-type``: per action type, its mean ACT, the wait in it, and the units it
+    ended on; the types' means, weighted by their actions, give the pooled mean."""
+    from bench.policy import aggregate, table
+
+    workload = load_workload(WORKLOADS / "swe.yaml")
+    report: dict[str, Any] = {"workload": "swe", "seeds": [1], "ratios": {}, "wall_s": 0.0}
+    report["policies"] = {
+        name: aggregate([simulate(workload.with_seed(1), name)]) for name in ("static", "tangram")
+    }
+    for metrics in report["policies"].values():
+        rows = metrics["by_type"]
+        assert sum(row["actions"] for row in rows) == metrics["actions"]
+        pooled = sum(row["mean_act_s"] * row["actions"] for row in rows) / metrics["actions"]
+        assert pooled == pytest.approx(metrics["mean_act_s"])
+        assert all(0 <= row["mean_wait_s"] <= row["mean_act_s"] for row in rows)
+    static = {row["type"]: row for row in report["policies"]["static"]["by_type"]}
+    tangram = {row["type"]: row for row in report["policies"]["tangram"]["by_type"]}
+    assert set(static) == set(tangram)
+    assert all(row["mean_units"] == 1 for row in static.values())  # static never scales
+    assert max(row["mean_units"] for row in tangram.values()) > 1  # swe's tests are elastic
+    assert sum(row["mean_wait_s"] for row in static.values()) > 0  # its sandbox queue
+    lines = table(report, by_type=True).splitlines()
+    assert not any(line.startswith("mean ACT / wait") for line in table(report).splitlines())
+    first = lines.index(next(line for line in lines if line.startswith("mean ACT / wait")))
+    shown = lines[first + 1 : first + 1 + len(static)]
+    assert [line.split()[1] for line in shown] == sorted(static)
+    assert all(f"x{tangram[line.split()[1]]['mean_units']:.2f}" in line for line in shown)
 
 
 def test_a_run_that_gets_stuck_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
