@@ -183,6 +183,11 @@ class Pool:
         self.evicting = any(node.warm_slots for node in snapshot.nodes)
         #: Per node, the warm keys this round's placements set up there (a slot each).
         self.set_up: dict[str, set[str]] = {}
+        #: Per node, the warm keys still being set up there: since before this
+        #: round (``Node.setting_up``) or by its cold placements.
+        self.setting_up_keys: dict[str, set[str]] = {
+            node.id: set(node.setting_up) for node in snapshot.nodes if node.setting_up
+        }
         self.warm_used_at: Mapping[str, float] = snapshot.warm_used_at
         self._pending = snapshot.pending
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
@@ -455,6 +460,7 @@ class Pool:
         gpus_needed: int,
         roomiest: bool,
         keeping: frozenset[str] = frozenset(),
+        avoiding: frozenset[str] = frozenset(),
     ) -> tuple[int, str, tuple[str, ...]] | None:
         """A node in ``index`` with room for every one of ``needs``, its position there, its GPUs.
 
@@ -462,7 +468,8 @@ class Pool:
         the one with the least room of the index's kind that still holds
         ``need``, so small requests fill the fullest nodes first and large ones
         keep finding whole nodes. ``charge`` takes the position so as not to search for it again.
-        With ``keeping`` (warm keys), only a node with free warm slots for them.
+        With ``keeping`` (warm keys), only a node with free warm slots for them;
+        with ``avoiding``, only one not still setting them up.
         """
         if roomiest:
             last = len(index) - 1
@@ -482,6 +489,8 @@ class Pool:
             else:
                 if keeping and self.evicts(node_id, keeping):
                     continue
+                if avoiding and self.setting_up_keys and self.setting_up(node_id, avoiding):
+                    continue
                 if gpus_needed and node_id in self.gpu_free:
                     gpus = self.pick_gpus(node_id, gpus_needed)
                     if gpus is None:
@@ -489,6 +498,56 @@ class Pool:
                     return position, node_id, gpus
                 return position, node_id, ()
         return None
+
+    def setting_up(self, node_id: str, keys: frozenset[str]) -> bool:
+        """Whether ``node_id`` is still setting one of ``keys`` up."""
+        return not keys.isdisjoint(self.setting_up_keys.get(node_id, _NO_KEYS))
+
+    @cached_property
+    def wanted_by_type(self) -> dict[str, set[str]]:
+        """Per action type, the warm keys its pending actions need."""
+        wanted: dict[str, set[str]] = {}
+        for action in self._pending:
+            if action.affinity:
+                wanted.setdefault(action.type, set()).update(action.affinity)
+        return wanted
+
+    def leaves_slots(self, node_id: str, keys: frozenset[str]) -> bool:
+        """Whether setting ``keys`` up on ``node_id``, in its free slots, leaves a free
+        slot for each key that pending actions of the node's types need and no node
+        holds or sets up. Only another copy of keys held or set up elsewhere is
+        asked: a first copy, or one on a node with no bound on its slots, may go."""
+        node = self.nodes[node_id]
+        if not node.warm_slots:
+            return True
+        held = self.warm_nodes
+        set_up = self.set_up
+        starting = self.setting_up_keys
+
+        def homeless(key: str) -> bool:
+            return (
+                not held.get(key, 0)
+                and not any(key in keys for keys in set_up.values())
+                and not any(key in keys for keys in starting.values())
+            )
+
+        if any(homeless(key) for key in keys):
+            return True
+        wanted = self.wanted_by_type
+        orphans = {
+            key
+            for type_ in node.executors
+            for key in wanted.get(type_, _NO_KEYS)
+            if key not in keys and homeless(key)
+        }
+        if not orphans:
+            return True
+        free = -len(keys - node.warm - set_up.get(node_id, _NO_KEYS))  # the slots it takes
+        for other in self.nodes.values():
+            if other.warm_slots and not node.executors.isdisjoint(other.executors):
+                in_use = other.warm | set_up.get(other.id, _NO_KEYS)
+                free += max(other.warm_slots - len(in_use), 0)
+        return free >= len(orphans)
 
     def set_up_warm(self, node_id: str, keys: frozenset[str]) -> None:
         """Note that a placement sets ``keys`` up on ``node_id`` (a pull, a model load)."""

@@ -545,6 +545,10 @@ class _Round:
         self.resizes: list[Resize] = []
         #: (tenant, kind) a borrower found its tenant's limit of.
         self.limited: set[tuple[str, str]] = set()
+        #: (tenant, kind) a starving class waits for within its tenant's limit.
+        self.held_by_starving: dict[tuple[str, str], _Class] = {}
+        #: Placing into units lent by running actions (``take_back``).
+        self.lending = False
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
         """Whether a reservation keeps ``cls`` from the kinds it needs this round.
@@ -569,10 +573,23 @@ class _Round:
         Warm nodes first, then any node. Best fit, or for an action that may
         grow while its unit kind is uncontended, the node with the most room.
         The caller has checked that the class's shape may still find room.
+
+        A node still setting the class's keys up (a pull, a model load) is
+        passed over: an action placed there holds its units idle until the
+        setup ends, units others could use meanwhile (rmzoo: one job's calls
+        held all sixteen GPUs through its model's load while two other jobs'
+        calls waited). Where only such nodes have room, a guaranteed entry
+        keeps that room for the round without taking it (its tenant's
+        guarantee is not lent for the moment it needs it back) and a borrowing
+        one takes nothing; both stay queued for the round the setup ends in,
+        which batches what batches.
         """
         if (self.reserved_all or not guaranteed and self.reserved_from_borrowers) and self._blocked(
             cls, borrower=not guaranteed
         ):
+            return False
+        held = self.held_by_starving
+        if held and any(held.get((cls.tenant, kind), cls) is not cls for kind, _ in cls.needs):
             return False
         entry = cls.entries[cls.position]
         head = entry[3]
@@ -589,8 +606,11 @@ class _Round:
         index = cls.warm
         if index is None and cls.affinity and self.config.affinity:
             index = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
+        avoiding = cls.affinity if self.config.affinity else frozenset()
         if index is not None:
-            found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+            found = pool.find(
+                index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
+            )
         if found is None:
             warm_listed = bool(index)
             index = cls.anywhere
@@ -599,13 +619,28 @@ class _Round:
             keeping: frozenset[str] = frozenset()
             if pool.evicting and head.setup_s > 0 and self.config.affinity:
                 keeping = head.affinity
-            found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping)
+            found = pool.find(
+                index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping, avoiding
+            )
+            if found is not None and keeping and not pool.leaves_slots(found[1], keeping):
+                found = None  # another copy would take the slot a key nobody holds needs
             if found is None and keeping:  # room, if any, only where its setup evicts a key
-                found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+                found = pool.find(
+                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
+                )
                 if found is not None and self._waits(
                     head, self.now - entry[4], warm_listed, found[1]
                 ):
                     return False
+            if found is None and avoiding and pool.setting_up_keys:
+                there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+                if there is not None:  # room only where its keys are still being set up
+                    if not guaranteed or self.lending:
+                        return False
+                    position, node_id, gpus = there
+                    pool.charge(cls.tenant, node_id, cls.plan, gpus, index, position)
+                    cls.position += 1
+                    return True
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -618,6 +653,8 @@ class _Round:
             warmed = False
             if keeping:
                 pool.set_up_warm(found[1], keeping)
+            if avoiding and head.setup_s > 0:
+                pool.setting_up_keys.setdefault(found[1], set()).update(avoiding)
         else:
             # Warm with the class's affinity, which is the action's (unless a batch group's).
             warmed = not cls.batched
@@ -758,7 +795,9 @@ class _Round:
         self.contended -= lent_kinds
         self.reserved_all -= lent_kinds
         self.reserved_from_borrowers -= lent_kinds
+        self.lending = True  # units are taken back only for what is placed
         self.place(helped)
+        self.lending = False
         #: Lenders whose tenant placed more of the kind in this pass.
         grew = {
             key
@@ -832,9 +871,22 @@ class _Round:
                         entry = cls.entries[cls.position]
                         heapreplace(heap, (entry[0], entry[1], position))
                     continue
+            self._hold_for_starving(cls)
             borrowers.setdefault(cls.tenant, []).append(cls)
             heappop(heap)
         return borrowers
+
+    def _hold_for_starving(self, cls: _Class) -> None:
+        """A head that has starved and that its tenant's limit stops keeps the kinds
+        over the limit from its tenant's other entries this round: else the tenant's
+        smaller actions take each unit that frees, and it never fits."""
+        entry = cls.entries[cls.position]
+        if self.now - entry[4] < self.config.starvation_s:
+            return
+        usage = self.pool.usage.get(cls.tenant, _NO_USAGE)
+        for kind, amount, ceiling in cls.limit:
+            if usage.get(kind, 0.0) + amount > ceiling:
+                self.held_by_starving.setdefault((cls.tenant, kind), cls)
 
     def borrow_fairly(self, borrowers: dict[str, list[_Class]]) -> None:
         """Lowest dominant share / weight first; a tenant keeps its turn while still lowest."""
@@ -895,6 +947,7 @@ class _Round:
             for kind, amount, ceiling in cls.limit:  # Pool.within, inline: once per attempt
                 if usage.get(kind, 0.0) + amount > ceiling:
                     self.limited.add((cls.tenant, kind))
+                    self._hold_for_starving(cls)
                     break
             else:
                 if (lends_all or pool.leaves_unlent_guarantees(cls.tenant, cls.demand)) and (

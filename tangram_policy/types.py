@@ -134,6 +134,11 @@ class Node:
     #: Warm keys the node keeps at most (LRU), 0: no bound known. Setting up a
     #: key on a node whose slots are all taken evicts one another action may need.
     warm_slots: int = 0
+    #: Keys of ``warm`` still being set up (an image pull or a model load under
+    #: way): an action placed here now would hold its units idle until that ends.
+    #: The simulator knows; the live scheduler does not yet (agents report a key
+    #: once it is ready), so live this is empty.
+    setting_up: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

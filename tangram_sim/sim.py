@@ -83,6 +83,7 @@ class _Node:
         "group",
         "order",
         "idle",
+        "setting_up",
     )
 
     def __init__(self, spec: SimNodeSpec, order: int) -> None:
@@ -99,6 +100,8 @@ class _Node:
         self.gpu_groups = spec.gpu_groups
         self.gpu_free: list[list[str]] = [list(g) for g in spec.gpu_groups]
         self.view: Node | None = None
+        #: Keys of ``warm`` whose setup has not ended yet.
+        self.setting_up: set[str] = set()
 
     def splits(self, gpus: tuple[str, ...]) -> bool:
         """Whether ``gpus`` lie in more than one of the node's interconnect groups."""
@@ -120,6 +123,7 @@ class _Node:
                 tuple(tuple(g) for g in self.gpu_free) if self.gpu_groups else (),
                 gpu_group_size(self.gpu_groups),
                 self.warm_slots,
+                frozenset(self.setting_up),
             )
         return self.view
 
@@ -311,7 +315,7 @@ def quantile(ordered: list[float], q: float) -> float:
 
 
 # Event kinds, in the order they run at one instant; rounds run last.
-_STEP, _SUBMIT, _FINISH, _THINK_DONE, _LEASE_READY, _ROUND = 0, 1, 2, 3, 4, 9
+_STEP, _SUBMIT, _FINISH, _THINK_DONE, _LEASE_READY, _SET_UP, _ROUND = 0, 1, 2, 3, 4, 5, 9
 
 
 class Simulation:
@@ -480,6 +484,8 @@ class Simulation:
                 self._step(payload)
             elif kind == _LEASE_READY:
                 self._next_turn(payload)
+            elif kind == _SET_UP:
+                self._set_up(*payload)
             elif kind == _ROUND and self._round_at == payload:
                 self._round_at = None
                 self._round()
@@ -803,6 +809,9 @@ class Simulation:
         for key, ready in zip(keys, readies, strict=True):
             if ready is None:
                 ready = now + pulls[key]
+                if ready > now:
+                    node.setting_up.add(key)
+                    self._push(ready, _SET_UP, (node, key, ready))
             setup = max(setup, ready - now)
             if key not in node.warm:
                 self._warm_nodes[key] = self._warm_nodes.get(key, 0) + 1
@@ -811,6 +820,7 @@ class Simulation:
             self._warm_used_at[key] = now
             while len(node.warm) > node.warm_slots:
                 evicted, _ = node.warm.popitem(last=False)
+                node.setting_up.discard(evicted)
                 self._warm_nodes[evicted] -= 1
         node.view = None
         longest = max(runs)
@@ -839,6 +849,14 @@ class Simulation:
                     and pending.elasticity.unit_kind in RESIZABLE_KINDS
                 ):
                     self._resizable[action.id] = action
+
+    def _set_up(self, node: _Node, key: str, ready: float) -> None:
+        """A setup ended: actions that waited for it may now go to the node."""
+        if node.warm.get(key) == ready:
+            node.setting_up.discard(key)
+            node.view = None
+            if self.pending:
+                self._wake()
 
     def _resize(self, resize: Resize) -> None:
         """Change a running action's units: the rest of its run goes at their speed."""

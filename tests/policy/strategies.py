@@ -37,7 +37,10 @@ def nodes(draw: st.DrawFn, index: int) -> Node:
     executors = frozenset(draw(st.sets(st.sampled_from(TYPES), min_size=1)))
     warm = frozenset(draw(st.sets(st.sampled_from(WARM_KEYS))))
     warm_slots = draw(st.sampled_from((0, 0, 1, 2, 3)))
-    return Node(f"n{index}", capacity, executors, warm, groups, warm_slots=warm_slots)
+    setting_up = frozenset(draw(st.sets(st.sampled_from(sorted(warm))))) if warm else frozenset()
+    return Node(
+        f"n{index}", capacity, executors, warm, groups, warm_slots=warm_slots, setting_up=setting_up
+    )
 
 
 @st.composite

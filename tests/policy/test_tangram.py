@@ -195,7 +195,64 @@ def test_one_round_counts_the_slots_its_own_cold_placements_take() -> None:
     ]
     snapshot = replace(_snapshot([node, full], pending), warm_nodes={"image:x": 1, "image:w": 1})
     placed = {p.action_id: p.node_id for p in get_policy("tangram").decide(snapshot).placements}
-    assert placed == {"a": "n", "c": "n"}  # c's image is set up there already
+    assert placed == {"a": "n"}  # c waits for a's pull of its image rather than idle through it
+
+
+def test_a_node_still_setting_a_key_up_gets_no_more_of_its_actions() -> None:
+    """A model load under way on the only warm node: another call of it placed there
+    would hold a GPU idle until the load ends. A borrowing call waits and leaves the
+    GPU to another tenant; a guaranteed one keeps it for its tenant, without taking it;
+    once the load has ended both go there; where a node with a free slot has room,
+    the call sets the model up there too (a second copy, loaded in parallel)."""
+    loading = Node(
+        "n",
+        {"gpu": 1.0},
+        frozenset({"score", "other"}),
+        warm=frozenset({"model:m"}),
+        warm_slots=2,
+        setting_up=frozenset({"model:m"}),
+    )
+    call = _action("call", type="score", demand={"gpu": 1.0}, affinity=frozenset({"model:m"}))
+    call = replace(call, setup_s=60.0)
+    other = _action("other", tenant="u", type="other", demand={"gpu": 1.0}, submitted_at=50.0)
+    quotas = {
+        "t": TenantQuota("t", guaranteed={}, limit={"gpu": 1.0}),
+        "u": TenantQuota("u", guaranteed={}, limit={"gpu": 1.0}),
+    }
+    decide = get_policy("tangram").decide
+    placed = decide(_snapshot([loading], [call, other], quotas=quotas)).placements
+    assert [p.action_id for p in placed] == ["other"]  # the call borrows: it takes nothing
+    quotas["t"] = TenantQuota("t", guaranteed={"gpu": 1.0}, limit={"gpu": 1.0})
+    assert not decide(_snapshot([loading], [call, other], quotas=quotas)).placements
+    ready = replace(loading, setting_up=frozenset())
+    placed = decide(_snapshot([ready], [call, other], quotas=quotas)).placements
+    assert [p.action_id for p in placed] == ["call"]
+    free = Node("f", {"gpu": 1.0}, frozenset({"score"}), warm_slots=2)
+    placed = decide(_snapshot([loading, free], [call], quotas=quotas)).placements
+    assert [(p.action_id, p.node_id) for p in placed] == [("call", "f")]
+    blind = get_policy("tangram-no-affinity").decide(_snapshot([loading], [call], quotas=quotas))
+    assert [p.node_id for p in blind.placements] == ["n"]
+
+
+def test_a_starving_action_its_tenants_limit_stops_keeps_the_units_from_its_tenant() -> None:
+    """A 2-GPU call over its tenant's 8-GPU limit (7 held) while 1-GPU jobs of the same
+    tenant wait: each GPU that frees would go to a job, and the call would never fit.
+    Once it has starved, the tenant's jobs leave the GPU, so the next one to free
+    brings its usage within the limit for the call."""
+    node = Node("g", {"gpu": 1.0}, frozenset({"judge", "job"}))
+    running = [RunningAction("r", "t", "job", "full", {"gpu": 7.0}, 0.0)]  # a node with no room
+    quotas = {"t": TenantQuota("t", guaranteed={"gpu": 8.0}, limit={"gpu": 8.0})}
+    stats = {("t", "judge"): DurationStat(5, 3.0), ("t", "job"): DurationStat(5, 300.0)}
+    judge = _action("judge", type="judge", demand={"gpu": 2.0}, submitted_at=0.0)
+    job = _action("job", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
+    decide = get_policy("tangram").decide
+
+    def placed(now: float) -> list[str]:
+        snapshot = _snapshot([node], [judge, job], running, quotas, stats, now=now)
+        return [p.action_id for p in decide(snapshot).placements]
+
+    assert placed(now=100.0) == ["job"]  # the judge waits within the starvation bound
+    assert placed(now=400.0) == []  # starving: the GPU stays free for it
 
 
 def test_multi_gpu_actions_stay_inside_one_interconnect_group() -> None:
