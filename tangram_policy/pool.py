@@ -527,8 +527,8 @@ class Pool:
         def homeless(key: str) -> bool:
             return (
                 not held.get(key, 0)
-                and not any(key in keys for keys in set_up.values())
-                and not any(key in keys for keys in starting.values())
+                and not any(key in there for there in set_up.values())
+                and not any(key in there for there in starting.values())
             )
 
         if any(homeless(key) for key in keys):

@@ -24,12 +24,19 @@ One round, from a snapshot, in five passes:
    no room reserves its primary kind from borrowers whose tenant holds no
    guarantee of it, a starving one from everyone: they take none of it for
    the rest of the round, so the capacity comes back to it as actions
-   finish.
+   finish. A starving action that its own tenant's limit stops keeps the
+   kind from its tenant's other actions, which would else take each unit
+   that frees.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
    keys, a cold node with a free slot for the action's keys (rather than
    evict a key in use, thrashing, it waits for room on a node that holds its
-   keys until it starves); multi-GPU actions inside one interconnect group;
+   keys until it starves). A node still setting an action's keys up
+   (``Node.setting_up``) gets no more actions of them: they would hold their
+   units idle until the setup ends. They set the keys up on another node
+   with a free slot (a second copy, where that leaves a slot for every key
+   nobody holds) or wait, a guaranteed one keeping its room for the round;
+   multi-GPU actions inside one interconnect group;
    while nobody waits for its unit kind, an elastic action goes instead to
    the fitting node with the most room, since its extra units must come from
    its own node. Then the room left over goes, by largest expected seconds
