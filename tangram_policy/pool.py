@@ -480,6 +480,8 @@ class Pool:
         frees = self.free
         ids = self._ids
         mask = self._rank_mask
+        # Nodes still setting ``avoiding`` up, when any is.
+        starting = self.setting_up_keys if avoiding else None
         for position in positions:
             node_id = ids[index[position] & mask]
             free = frees[node_id]
@@ -489,7 +491,7 @@ class Pool:
             else:
                 if keeping and self.evicts(node_id, keeping):
                     continue
-                if avoiding and self.setting_up_keys and self.setting_up(node_id, avoiding):
+                if starting and not avoiding.isdisjoint(starting.get(node_id, _NO_KEYS)):
                     continue
                 if gpus_needed and node_id in self.gpu_free:
                     gpus = self.pick_gpus(node_id, gpus_needed)
@@ -498,10 +500,6 @@ class Pool:
                     return position, node_id, gpus
                 return position, node_id, ()
         return None
-
-    def setting_up(self, node_id: str, keys: frozenset[str]) -> bool:
-        """Whether ``node_id`` is still setting one of ``keys`` up."""
-        return not keys.isdisjoint(self.setting_up_keys.get(node_id, _NO_KEYS))
 
     @cached_property
     def wanted_by_type(self) -> dict[str, set[str]]:
