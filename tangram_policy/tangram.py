@@ -556,6 +556,8 @@ class _Round:
         self.held_by_starving: dict[tuple[str, str], _Class] = {}
         #: Placing into units lent by running actions (``take_back``).
         self.lending = False
+        #: Shapes that found room only on nodes still setting their keys up.
+        self.setup_only: set[int] = set()
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
         """Whether a reservation keeps ``cls`` from the kinds it needs this round.
@@ -614,6 +616,8 @@ class _Round:
         if index is None and cls.affinity and self.config.affinity:
             index = cls.warm = pool._index(cls.type, cls.affinity, cls.kind)
         avoiding = cls.affinity if self.config.affinity else frozenset()
+        if avoiding and cls.shape in self.setup_only:  # as the round found it before
+            return self._hold_for_setup(cls, guaranteed)
         if index is not None:
             found = pool.find(
                 index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
@@ -642,12 +646,8 @@ class _Round:
             if found is None and avoiding and pool.setting_up_keys:
                 there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
                 if there is not None:  # room only where its keys are still being set up
-                    if not guaranteed or self.lending:
-                        return False
-                    position, node_id, gpus = there
-                    pool.charge(cls.tenant, node_id, cls.plan, gpus, index, position)
-                    cls.position += 1
-                    return True
+                    self.setup_only.add(cls.shape)
+                    return self._hold_for_setup(cls, guaranteed)
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -685,6 +685,23 @@ class _Round:
                 self.gain_groups.append(group)
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
+        return True
+
+    def _hold_for_setup(self, cls: _Class, guaranteed: bool) -> bool:
+        """The class's head waits for a setup under way; a guaranteed one keeps the
+        room it would take there for the round (True), a borrowing one takes none."""
+        if not guaranteed or self.lending:
+            return False
+        pool = self.pool
+        index = cls.anywhere
+        if index is None:
+            index = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
+        there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, False)
+        if there is None:
+            return False
+        position, node_id, gpus = there
+        pool.charge(cls.tenant, node_id, cls.plan, gpus, index, position)
+        cls.position += 1
         return True
 
     def _waits(self, head: PendingAction, waited_s: float, warm_listed: bool, node_id: str) -> bool:
@@ -799,6 +816,7 @@ class _Round:
         # Room and quota of the lent kinds grew: what failed on them may go now.
         # Reservations of other kinds stand.
         self.no_room.clear()
+        self.setup_only.clear()
         self.contended -= lent_kinds
         self.reserved_all -= lent_kinds
         self.reserved_from_borrowers -= lent_kinds
