@@ -647,7 +647,8 @@ class _Round:
                 there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
                 if there is not None:  # room only where its keys are still being set up
                     self.setup_only.add(cls.shape)
-                    return self._hold_for_setup(cls, guaranteed)
+                    # Best fit found it already; the roomiest search found some node.
+                    return self._hold_for_setup(cls, guaranteed, None if roomiest else there)
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -687,16 +688,23 @@ class _Round:
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
 
-    def _hold_for_setup(self, cls: _Class, guaranteed: bool) -> bool:
+    def _hold_for_setup(
+        self,
+        cls: _Class,
+        guaranteed: bool,
+        there: tuple[int, str, tuple[str, ...]] | None = None,
+    ) -> bool:
         """The class's head waits for a setup under way; a guaranteed one keeps the
-        room it would take there for the round (True), a borrowing one takes none."""
+        room it would take there for the round (True), a borrowing one takes none.
+        ``there``: the best fit in ``cls.anywhere``, where the caller has it."""
         if not guaranteed or self.lending:
             return False
         pool = self.pool
         index = cls.anywhere
         if index is None:
             index = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
-        there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, False)
+        if there is None:
+            there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, False)
         if there is None:
             return False
         position, node_id, gpus = there
