@@ -26,7 +26,13 @@ One round, from a snapshot, in five passes:
    the rest of the round, so the capacity comes back to it as actions
    finish. A starving action that its own tenant's limit stops keeps the
    kind from its tenant's other actions, which would else take each unit
-   that frees.
+   that frees. Units nobody can take back (GPUs, memory, API quota) are
+   held for shorter work: an action that finds no room of such a kind, or
+   that its tenant's limit of it stops, keeps it for the round from its
+   tenant's actions, and from borrowers, expected to run more than
+   ``backfill_ratio`` times as long (they would hold it for their whole
+   run), until they have waited twice ``starvation_s``; shorter ones still
+   backfill.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
    keys, a cold node with a free slot for the action's keys (rather than
@@ -175,6 +181,10 @@ class TangramConfig:
     headroom: float = 0.1
     #: Smallest fraction of its time an extra unit must save, at half load.
     min_gain: float = 0.05
+    #: Entries expected to run more than this many times as long as a head that
+    #: finds no room of a kind never taken back (GPUs, memory, API quota), or
+    #: that its tenant's limit of it stops, leave that kind for the round (0: off).
+    backfill_ratio: float = 3.0
 
 
 Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...]]
@@ -212,6 +222,9 @@ class _Class:
         "batched",
         "gains",
         "plan",
+        "holds_seen",
+        "held_over",
+        "held_over_borrowing",
     )
 
     def __init__(
@@ -246,6 +259,11 @@ class _Class:
         #: The gain group of its latest placed growable action.
         self.gains: _GainGroup | None = None
         self.plan = pool.plan(demand)
+        #: Entries expected to run longer are held this round (``_Round._see_holds``,
+        #: as the round's holds stood at its count ``holds_seen``): guaranteed, borrowing.
+        self.holds_seen = 0
+        self.held_over = math.inf
+        self.held_over_borrowing = math.inf
 
     def head_key(self) -> tuple[float, str]:
         entry = self.entries[self.position]
@@ -546,6 +564,14 @@ class _Round:
         #: Kinds some action waits for: later actions (all / borrowers) leave them.
         self.reserved_all: set[str] = set()
         self.reserved_from_borrowers: set[str] = set()
+        #: Kinds never taken back a head found no room of (by kind: held from
+        #: borrowers; by (tenant, kind): from its tenant) or its tenant's limit
+        #: stopped (by (tenant, kind)): entries expected to run longer than the
+        #: value leave them this round (``_hold_from_longer``).
+        self.held_from_longer: dict[str | tuple[str, str], float] = {}
+        #: How many times ``held_from_longer`` changed: a class works its bounds
+        #: out again only then (``_see_holds``), not at each placement.
+        self.holds = 0
         #: Kinds some action found no room of: extra elastic units leave them.
         self.contended: set[str] = set()
         self.elastic = config.elastic  # read once per placement
@@ -601,6 +627,15 @@ class _Round:
         if held and any(held.get((cls.tenant, kind), cls) is not cls for kind, _ in cls.needs):
             return False
         entry = cls.entries[cls.position]
+        holds = self.holds
+        if holds:  # some kind is held from longer entries (``_hold_from_longer``)
+            if cls.holds_seen != holds:
+                self._see_holds(cls)
+            if (
+                entry[2] > (cls.held_over if guaranteed else cls.held_over_borrowing)
+                and self.now - entry[4] < 2.0 * self.config.starvation_s  # else nothing holds it
+            ):
+                return False
         head = entry[3]
         members = entry[5]
         elasticity = head.elasticity
@@ -657,6 +692,7 @@ class _Round:
                     self.reserved_all.add(kind)
                 elif guaranteed:
                     self.reserved_from_borrowers.add(kind)
+                self._hold_from_longer(cls, kind, borrowers=True)
                 return False
             warmed = False
             if keeping:
@@ -904,22 +940,59 @@ class _Round:
                         entry = cls.entries[cls.position]
                         heapreplace(heap, (entry[0], entry[1], position))
                     continue
-            self._hold_for_starving(cls)
+            self._hold_for_limited(cls)
             borrowers.setdefault(cls.tenant, []).append(cls)
             heappop(heap)
         return borrowers
 
-    def _hold_for_starving(self, cls: _Class) -> None:
-        """A head that has starved and that its tenant's limit stops keeps the kinds
-        over the limit from its tenant's other entries this round: else the tenant's
-        smaller actions take each unit that frees, and it never fits."""
-        entry = cls.entries[cls.position]
-        if self.now - entry[4] < self.config.starvation_s:
+    def _hold_from_longer(self, cls: _Class, kind: str, *, borrowers: bool) -> None:
+        """The class's head, stopped on ``kind``, keeps it from its tenant's entries
+        (and, with ``borrowers``, from borrowing ones) expected to run more than
+        ``backfill_ratio`` times as long, if nobody can take ``kind`` back.
+
+        Such a unit is held to the end of whatever runs on it: a long action
+        that took it would make the short head wait for its whole run, where
+        leaving it costs the long one the short one's wait for the rest
+        (unseen-17-3: 2-GPU judge calls at their tenant's 8-GPU limit, each
+        freed GPU taken by a 300 s offline job). Shorter entries still take
+        it, and a held entry that has waited twice ``starvation_s`` is held by
+        nothing, so waits stay bounded. The rest of the class runs about as
+        long as its head, so it waits too.
+        """
+        ratio = self.config.backfill_ratio
+        if ratio <= 0 or kind in RESIZABLE_KINDS:
             return
+        bound = cls.entries[cls.position][2] * ratio
+        held = self.held_from_longer
+        for key in (kind, (cls.tenant, kind)) if borrowers else ((cls.tenant, kind),):
+            if bound < held.get(key, math.inf):
+                held[key] = bound
+                self.holds += 1
+
+    def _see_holds(self, cls: _Class) -> None:
+        """The class's bounds on expected work under the round's holds: as a
+        guaranteed entry (its tenant's) and as a borrowing one (and borrowers')."""
+        held = self.held_from_longer
+        own = borrowing = math.inf
+        for kind, _ in cls.needs:
+            own = min(own, held.get((cls.tenant, kind), math.inf))
+            borrowing = min(borrowing, held.get(kind, math.inf))
+        cls.held_over = own
+        cls.held_over_borrowing = min(own, borrowing)
+        cls.holds_seen = self.holds
+
+    def _hold_for_limited(self, cls: _Class) -> None:
+        """A head its tenant's limit stops keeps the kinds over the limit from its
+        tenant's entries expected to run much longer (``_hold_from_longer``) and,
+        once it has starved, from all its tenant's other entries: else the
+        tenant's smaller actions take each unit that frees, and it never fits."""
+        starving = self.now - cls.entries[cls.position][4] >= self.config.starvation_s
         usage = self.pool.usage.get(cls.tenant, _NO_USAGE)
         for kind, amount, ceiling in cls.limit:
             if usage.get(kind, 0.0) + amount > ceiling:
-                self.held_by_starving.setdefault((cls.tenant, kind), cls)
+                self._hold_from_longer(cls, kind, borrowers=False)
+                if starving:
+                    self.held_by_starving.setdefault((cls.tenant, kind), cls)
 
     def borrow_fairly(self, borrowers: dict[str, list[_Class]]) -> None:
         """Lowest dominant share / weight first; a tenant keeps its turn while still lowest."""
@@ -980,7 +1053,7 @@ class _Round:
             for kind, amount, ceiling in cls.limit:  # Pool.within, inline: once per attempt
                 if usage.get(kind, 0.0) + amount > ceiling:
                     self.limited.add((cls.tenant, kind))
-                    self._hold_for_starving(cls)
+                    self._hold_for_limited(cls)
                     break
             else:
                 if (lends_all or pool.leaves_unlent_guarantees(cls.tenant, cls.demand)) and (

@@ -236,13 +236,13 @@ def test_a_node_still_setting_a_key_up_gets_no_more_of_its_actions() -> None:
 
 def test_a_starving_action_its_tenants_limit_stops_keeps_the_units_from_its_tenant() -> None:
     """A 2-GPU call over its tenant's 8-GPU limit (7 held) while 1-GPU jobs of the same
-    tenant wait: each GPU that frees would go to a job, and the call would never fit.
-    Once it has starved, the tenant's jobs leave the GPU, so the next one to free
-    brings its usage within the limit for the call."""
+    tenant, about as short, wait: each GPU that frees would go to a job, and the call
+    would never fit. Once it has starved, the tenant's jobs leave the GPU, so the
+    next one to free brings its usage within the limit for the call."""
     node = Node("g", {"gpu": 1.0}, frozenset({"judge", "job"}))
     running = [RunningAction("r", "t", "job", "full", {"gpu": 7.0}, 0.0)]  # a node with no room
     quotas = {"t": TenantQuota("t", guaranteed={"gpu": 8.0}, limit={"gpu": 8.0})}
-    stats = {("t", "judge"): DurationStat(5, 3.0), ("t", "job"): DurationStat(5, 300.0)}
+    stats = {("t", "judge"): DurationStat(5, 3.0), ("t", "job"): DurationStat(5, 6.0)}
     judge = _action("judge", type="judge", demand={"gpu": 2.0}, submitted_at=0.0)
     job = _action("job", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
     decide = get_policy("tangram").decide
@@ -253,6 +253,68 @@ def test_a_starving_action_its_tenants_limit_stops_keeps_the_units_from_its_tena
 
     assert placed(now=100.0) == ["job"]  # the judge waits within the starvation bound
     assert placed(now=400.0) == []  # starving: the GPU stays free for it
+
+
+def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
+    """A 2-GPU call its tenant's 8-GPU limit stops (7 held): a 300 s job of the same
+    tenant would hold the GPU that frees for its whole run, so it leaves it (the call
+    fits once one more frees), while a 6 s job, within backfill_ratio (3) of the
+    call's 3 s, still takes it; and so does the long job once it has waited twice
+    starvation_s (600 s). Cores come back from whatever runs on them: no hold for them."""
+    node = Node("g", {"gpu": 1.0, "cpu": 1.0}, frozenset({"judge", "job", "prep"}))
+    running = [RunningAction("r", "t", "job", "full", {"gpu": 7.0, "cpu": 7.0}, 0.0)]
+    quotas = {"t": TenantQuota("t", guaranteed={}, limit={"gpu": 8.0, "cpu": 8.0})}
+    stats = {
+        ("t", "judge"): DurationStat(5, 3.0),
+        ("t", "job"): DurationStat(5, 300.0),
+        ("t", "short"): DurationStat(5, 6.0),
+        ("t", "prep"): DurationStat(5, 300.0),
+    }
+    judge = _action("judge", type="judge", demand={"gpu": 2.0}, submitted_at=0.0)
+    job = _action("job", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
+    short = _action("short", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
+    short = replace(short, duration_hint_s=6.0)
+
+    def placed(pending: list[PendingAction], now: float = 100.0, **config: float) -> list[str]:
+        policy = TangramPolicy(TangramConfig(**config))  # type: ignore[arg-type]
+        snapshot = _snapshot([node], pending, running, quotas, stats, now=now)
+        return [p.action_id for p in policy.decide(snapshot).placements]
+
+    assert placed([judge, job]) == []
+    assert placed([judge, job], backfill_ratio=0.0) == ["job"]  # the rule off
+    assert placed([judge, short]) == ["short"]
+    # Held no longer once it has waited 600 s (no aging, so the call still goes first).
+    late_judge = replace(judge, submitted_at=640.0)
+    assert placed([late_judge, job], now=650.0, aging_rate=0.0) == ["job"]
+    assert placed([late_judge, job], now=649.0, aging_rate=0.0) == []
+    cpu_judge = _action("judge", type="prep", demand={"cpu": 2.0}, submitted_at=0.0)
+    cpu_job = _action("job", type="prep", demand={"cpu": 1.0}, submitted_at=50.0)
+    cpu_job = replace(cpu_job, duration_hint_s=300.0)
+    cpu_judge = replace(cpu_judge, duration_hint_s=3.0)
+    assert placed([cpu_judge, cpu_job]) == ["job"]
+
+
+def test_a_head_that_finds_no_gpu_room_keeps_it_from_longer_borrowers_only() -> None:
+    """One GPU free, a 2-GPU call of tenant t finds no room: t's own 300 s job and
+    a 300 s job that u borrows leave the GPU; a job within u's guarantee takes it
+    (a guarantee is not held back for another tenant's call)."""
+    node = Node("g", {"gpu": 1.0}, frozenset({"judge", "job"}))
+    stats = {("t", "judge"): DurationStat(5, 3.0)}
+    stats |= {(tenant, "job"): DurationStat(5, 300.0) for tenant in ("t", "u")}
+    judge = _action("judge", type="judge", demand={"gpu": 2.0}, submitted_at=0.0)
+    own = _action("own", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
+    other = _action("other", tenant="u", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
+    decide = get_policy("tangram").decide
+
+    def placed(pending: list[PendingAction], quotas: dict[str, TenantQuota]) -> list[str]:
+        snapshot = _snapshot([node], pending, quotas=quotas, stats=stats)
+        return [p.action_id for p in decide(snapshot).placements]
+
+    borrowing = {"u": TenantQuota("u", guaranteed={}, limit={"gpu": 8.0})}
+    assert placed([judge, own], borrowing) == []
+    assert placed([judge, other], borrowing) == []
+    guaranteed = {"u": TenantQuota("u", guaranteed={"gpu": 1.0}, limit={"gpu": 8.0})}
+    assert placed([judge, other], guaranteed) == ["other"]
 
 
 def test_multi_gpu_actions_stay_inside_one_interconnect_group() -> None:
