@@ -264,12 +264,7 @@ def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
     node = Node("g", {"gpu": 1.0, "cpu": 1.0}, frozenset({"judge", "job", "prep"}))
     running = [RunningAction("r", "t", "job", "full", {"gpu": 7.0, "cpu": 7.0}, 0.0)]
     quotas = {"t": TenantQuota("t", guaranteed={}, limit={"gpu": 8.0, "cpu": 8.0})}
-    stats = {
-        ("t", "judge"): DurationStat(5, 3.0),
-        ("t", "job"): DurationStat(5, 300.0),
-        ("t", "short"): DurationStat(5, 6.0),
-        ("t", "prep"): DurationStat(5, 300.0),
-    }
+    stats = {("t", "judge"): DurationStat(5, 3.0), ("t", "job"): DurationStat(5, 300.0)}
     judge = _action("judge", type="judge", demand={"gpu": 2.0}, submitted_at=0.0)
     job = _action("job", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
     short = _action("short", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
@@ -312,6 +307,9 @@ def test_a_head_that_finds_no_gpu_room_keeps_it_from_longer_borrowers_only() -> 
 
     borrowing = {"u": TenantQuota("u", guaranteed={}, limit={"gpu": 8.0})}
     assert placed([judge, own], borrowing) == []
+    off = TangramPolicy(TangramConfig(backfill_ratio=0.0))
+    snapshot = _snapshot([node], [judge, own], quotas=borrowing, stats=stats)
+    assert [p.action_id for p in off.decide(snapshot).placements] == ["own"]  # the rule off
     assert placed([judge, other], borrowing) == []
     guaranteed = {"u": TenantQuota("u", guaranteed={"gpu": 1.0}, limit={"gpu": 8.0})}
     assert placed([judge, other], guaranteed) == ["other"]
