@@ -155,6 +155,8 @@ class Pool:
         #: the ones warm with it (nodes by the id of their one shared tuple).
         self._by_type: dict[str, tuple[str, ...]] = {}
         self._offerings: dict[tuple[str, ...], tuple[str, ...]] = {}
+        #: Whether two offerings (by the ids of their shared tuples) share a node.
+        self._overlaps: dict[tuple[int, int], bool] = {}
         self._warm: dict[tuple[int, frozenset[str]], tuple[str, ...]] = {}
         self._indexes: dict[IndexKey, Index] = {}
         #: Indexes by (kind, nodes listed): keys with the same nodes share one.
@@ -380,20 +382,32 @@ class Pool:
 
     # -- placement --------------------------------------------------------
 
+    def offering(self, action_type: str) -> tuple[str, ...]:
+        """The nodes offering ``action_type``: one shared tuple for types offered alike."""
+        offering = self._by_type.get(action_type)
+        if offering is None:
+            nodes = self.nodes.values()
+            offering = tuple(node.id for node in nodes if action_type in node.executors)
+            offering = self._by_type[action_type] = self._offerings.setdefault(offering, offering)
+        return offering
+
+    def overlaps(self, one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+        """Whether two offerings share a node: only then can one's action take room
+        the other's waits for."""
+        if one is other:
+            return True
+        key = (id(one), id(other))
+        shared = self._overlaps.get(key)
+        if shared is None:
+            shared = self._overlaps[key] = not set(one).isdisjoint(other)
+        return shared
+
     def _index(self, action_type: str, affinity: frozenset[str], kind: str) -> Index:
         """The live index of nodes offering ``action_type``, warm with ``affinity``, by ``kind``."""
         key = (action_type, affinity, kind)
         index = self._indexes.get(key)
         if index is None:
-            offering = self._by_type.get(action_type)
-            if offering is None:
-                offering = tuple(
-                    node.id for node in self.nodes.values() if action_type in node.executors
-                )
-                # Types offered by the same nodes share one tuple (and the lists below).
-                offering = self._by_type[action_type] = self._offerings.setdefault(
-                    offering, offering
-                )
+            offering = self.offering(action_type)
             listed = self._warm.get((id(offering), affinity))
             if listed is None:
                 if affinity:

@@ -22,17 +22,18 @@ One round, from a snapshot, in five passes:
    lowest dominant-resource share / weight first (Kueue-style fair sharing),
    never taking a non-lent idle guarantee. A guaranteed action that finds
    no room reserves its primary kind from borrowers whose tenant holds no
-   guarantee of it, a starving one from everyone: they take none of it for
-   the rest of the round, so the capacity comes back to it as actions
-   finish. A starving action that its own tenant's limit stops keeps the
-   kind from its tenant's other actions, which would else take each unit
-   that frees. Units nobody can take back (GPUs, memory, API quota) are
-   held for shorter work: an action that finds no room of such a kind, or
-   that its tenant's limit of it stops, keeps it for the round from its
-   tenant's actions, and from borrowers, expected to run more than
-   ``backfill_ratio`` times as long (they would hold it for their whole
-   run), until they have waited twice ``starvation_s``; shorter ones still
-   backfill.
+   guarantee of it, a starving one from everyone: on the nodes that run it
+   (room elsewhere is no use to it), they take none of it for the rest of
+   the round, so the capacity comes back to it as actions finish. A
+   starving action that its own tenant's limit stops keeps the kind from
+   its tenant's other actions, which would else take each unit that frees.
+   Units nobody can take back (GPUs, memory, API quota) are held for
+   shorter work: an action that its tenant's limit of such a kind stops
+   keeps it for the round from its tenant's actions expected to run more
+   than ``backfill_ratio`` times as long (they would hold it for their
+   whole run); one that finds no room of it keeps it, on the nodes that
+   run it, from those and from borrowers' such actions; until they have
+   waited twice ``starvation_s``; shorter ones still backfill.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
    keys, a cold node with a free slot for the action's keys (rather than
@@ -188,6 +189,8 @@ class TangramConfig:
 
 
 Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...]]
+#: The nodes that offer an action type (``Pool.offering``).
+Offering = tuple[str, ...]
 #: One schedulable unit: (key, first action id, expected work s, first action,
 #: earliest submit, members of a batch: () for a single action).
 Entry = tuple[float, str, float, PendingAction, float, tuple[PendingAction, ...]]
@@ -225,6 +228,7 @@ class _Class:
         "holds_seen",
         "held_over",
         "held_over_borrowing",
+        "offering",
     )
 
     def __init__(
@@ -264,6 +268,8 @@ class _Class:
         self.holds_seen = 0
         self.held_over = math.inf
         self.held_over_borrowing = math.inf
+        #: The nodes that run it: room it waits for is held only there.
+        self.offering = pool.offering(head.type)
 
     def head_key(self) -> tuple[float, str]:
         entry = self.entries[self.position]
@@ -550,6 +556,13 @@ def cheapest_batch(count: int, slots: int, largest: int, marginal: float) -> int
     return best
 
 
+def _reserve(reserved: dict[str, list[Offering]], kind: str, where: Offering) -> None:
+    """Hold ``kind`` on the nodes ``where`` for the round."""
+    places = reserved.setdefault(kind, [])
+    if not any(place is where for place in places):
+        places.append(where)
+
+
 class _Round:
     def __init__(self, pool: Pool, config: TangramConfig, now: float) -> None:
         self.pool = pool
@@ -561,14 +574,16 @@ class _Round:
         self.gain_groups: list[_GainGroup] = []
         #: Shapes that found no room: room only shrinks within a round.
         self.no_room: set[int] = set()
-        #: Kinds some action waits for: later actions (all / borrowers) leave them.
-        self.reserved_all: set[str] = set()
-        self.reserved_from_borrowers: set[str] = set()
-        #: Kinds never taken back a head found no room of (by kind: held from
-        #: borrowers; by (tenant, kind): from its tenant) or its tenant's limit
-        #: stopped (by (tenant, kind)): entries expected to run longer than the
-        #: value leave them this round (``_hold_from_longer``).
-        self.held_from_longer: dict[str | tuple[str, str], float] = {}
+        #: Kinds some action waits for, with the nodes it runs on: later actions
+        #: (all / borrowers) that run on any of those nodes leave them.
+        self.reserved_all: dict[str, list[Offering]] = {}
+        self.reserved_from_borrowers: dict[str, list[Offering]] = {}
+        #: Kinds never taken back a head found no room of (held, on the nodes it
+        #: runs on, from its tenant: key (tenant, kind), and from borrowers: key
+        #: (None, kind)) or its tenant's limit stopped (held from its tenant on
+        #: every node: place None): entries expected to run longer than the
+        #: bound leave them this round (``_hold_from_longer``).
+        self.held_from_longer: dict[tuple[str | None, str], dict[Offering | None, float]] = {}
         #: How many times ``held_from_longer`` changed: a class works its bounds
         #: out again only then (``_see_holds``), not at each placement.
         self.holds = 0
@@ -596,11 +611,20 @@ class _Round:
         mean ACT 0.1 s sooner, math's 0.14 s later; campus: t-rm's 31.3 s
         against 20.6 s, the waiting tenants' 1% sooner).
         """
+        overlaps = self.pool.overlaps
+        where = cls.offering
         reserved_all = self.reserved_all
-        if any(kind in reserved_all for kind, _ in cls.needs):
-            return True
-        reserved = self.reserved_from_borrowers
-        return borrower and any(kind in reserved for kind in cls.unguaranteed)
+        for kind, _ in cls.needs:
+            places = reserved_all.get(kind)
+            if places and any(overlaps(where, place) for place in places):
+                return True
+        if borrower:
+            reserved = self.reserved_from_borrowers
+            for kind in cls.unguaranteed:
+                places = reserved.get(kind)
+                if places and any(overlaps(where, place) for place in places):
+                    return True
+        return False
 
     def _place(self, cls: _Class, guaranteed: bool) -> bool:
         """Place the class's head entry; False when the rest of the class cannot go either.
@@ -689,10 +713,10 @@ class _Round:
                 kind = cls.kind
                 self.contended.add(kind)
                 if self.now - entry[4] >= self.config.starvation_s:
-                    self.reserved_all.add(kind)
+                    _reserve(self.reserved_all, kind, cls.offering)
                 elif guaranteed:
-                    self.reserved_from_borrowers.add(kind)
-                self._hold_from_longer(cls, kind, borrowers=True)
+                    _reserve(self.reserved_from_borrowers, kind, cls.offering)
+                self._hold_from_longer(cls, kind, room=True)
                 return False
             warmed = False
             if keeping:
@@ -862,8 +886,9 @@ class _Round:
         self.no_room.clear()
         self.setup_only.clear()
         self.contended -= lent_kinds
-        self.reserved_all -= lent_kinds
-        self.reserved_from_borrowers -= lent_kinds
+        for kind in lent_kinds:
+            self.reserved_all.pop(kind, None)
+            self.reserved_from_borrowers.pop(kind, None)
         self.lending = True  # units are taken back only for what is placed
         self.place(helped)
         self.lending = False
@@ -945,10 +970,11 @@ class _Round:
             heappop(heap)
         return borrowers
 
-    def _hold_from_longer(self, cls: _Class, kind: str, *, borrowers: bool) -> None:
+    def _hold_from_longer(self, cls: _Class, kind: str, *, room: bool) -> None:
         """The class's head, stopped on ``kind``, keeps it from its tenant's entries
-        (and, with ``borrowers``, from borrowing ones) expected to run more than
-        ``backfill_ratio`` times as long, if nobody can take ``kind`` back.
+        (and, where it found no ``room``, from borrowing ones, and then only on the
+        nodes it runs on) expected to run more than ``backfill_ratio`` times as
+        long, if nobody can take ``kind`` back.
 
         Such a unit is held to the end of whatever runs on it: a long action
         that took it would make the short head wait for its whole run, where
@@ -963,23 +989,38 @@ class _Round:
         if ratio <= 0 or kind in RESIZABLE_KINDS:
             return
         bound = cls.entries[cls.position][2] * ratio
+        place = cls.offering if room else None
         held = self.held_from_longer
-        for key in (kind, (cls.tenant, kind)) if borrowers else ((cls.tenant, kind),):
-            if bound < held.get(key, math.inf):
-                held[key] = bound
+        keys: tuple[tuple[str | None, str], ...] = (
+            ((None, kind), (cls.tenant, kind)) if room else ((cls.tenant, kind),)
+        )
+        for key in keys:
+            places = held.setdefault(key, {})
+            if bound < places.get(place, math.inf):
+                places[place] = bound
                 self.holds += 1
 
     def _see_holds(self, cls: _Class) -> None:
         """The class's bounds on expected work under the round's holds: as a
         guaranteed entry (its tenant's) and as a borrowing one (and borrowers')."""
-        held = self.held_from_longer
         own = borrowing = math.inf
         for kind, _ in cls.needs:
-            own = min(own, held.get((cls.tenant, kind), math.inf))
-            borrowing = min(borrowing, held.get(kind, math.inf))
+            own = min(own, self._held_bound((cls.tenant, kind), cls.offering))
+            borrowing = min(borrowing, self._held_bound((None, kind), cls.offering))
         cls.held_over = own
         cls.held_over_borrowing = min(own, borrowing)
         cls.holds_seen = self.holds
+
+    def _held_bound(self, key: tuple[str | None, str], where: Offering) -> float:
+        """The lowest bound ``key``'s holds put on entries that run on ``where``."""
+        places = self.held_from_longer.get(key)
+        if not places:
+            return math.inf
+        overlaps = self.pool.overlaps
+        return min(
+            (bound for place, bound in places.items() if place is None or overlaps(where, place)),
+            default=math.inf,
+        )
 
     def _hold_for_limited(self, cls: _Class) -> None:
         """A head its tenant's limit stops keeps the kinds over the limit from its
@@ -990,7 +1031,7 @@ class _Round:
         usage = self.pool.usage.get(cls.tenant, _NO_USAGE)
         for kind, amount, ceiling in cls.limit:
             if usage.get(kind, 0.0) + amount > ceiling:
-                self._hold_from_longer(cls, kind, borrowers=False)
+                self._hold_from_longer(cls, kind, room=False)
                 if starving:
                     self.held_by_starving.setdefault((cls.tenant, kind), cls)
 

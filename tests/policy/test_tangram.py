@@ -699,6 +699,50 @@ def test_a_reservation_holds_back_only_borrowers_with_no_guarantee_of_the_kind()
         assert {p.action_id for p in decision.placements} == placed
 
 
+def test_a_reservation_holds_room_only_on_the_nodes_the_waiting_action_runs_on() -> None:
+    """big's 2-core job runs only on the sandbox node, which has 1 core free: small's
+    1-core call there leaves that core to it, but small's judge, which runs only on
+    the GPU host, still takes the host's cores (the job could never use them;
+    unseen-24-11: such a hold kept every judge call waiting 226 s). Starving, the
+    job holds the sandbox's core from everyone and still nothing on the host."""
+    quotas = {
+        "big": TenantQuota("big", {"cpu": 80.0}, {"cpu": 160.0}),
+        "small": TenantQuota("small", {}, {"cpu": 160.0}),
+    }
+    nodes = [
+        Node("sandbox", {"cpu": 1.0}, frozenset({"job", "python"})),
+        Node("gpu-host", {"cpu": 4.0}, frozenset({"judge"})),
+    ]
+    pending = [
+        _action("job", tenant="big", type="job", demand={"cpu": 2.0}, duration_hint_s=300.0),
+        _action("call", tenant="small", demand={"cpu": 1.0}, duration_hint_s=1.0),
+        _action("judge", tenant="small", type="judge", demand={"cpu": 4.0}, duration_hint_s=2.0),
+    ]
+    for submitted in (90.0, -250.0):  # waiting 10 s, then starving
+        pending[0] = replace(pending[0], submitted_at=submitted)
+        snapshot = replace(_snapshot(nodes, pending, quotas=quotas), capacity={"cpu": 160.0})
+        decision = get_policy("tangram-no-elastic").decide(snapshot)
+        assert {p.action_id: p.node_id for p in decision.placements} == {"judge": "gpu-host"}
+
+
+def test_a_head_with_no_gpu_room_holds_nothing_on_nodes_it_cannot_run_on() -> None:
+    """A 2-GPU call that finds one GPU free on its own host keeps it from a 300 s job
+    that could run there, but not from one that runs only on another host."""
+    nodes = [
+        Node("judge-host", {"gpu": 1.0}, frozenset({"judge", "job"})),
+        Node("train-host", {"gpu": 1.0}, frozenset({"train"})),
+    ]
+    stats = {("t", "judge"): DurationStat(5, 3.0)}
+    stats |= {("t", kind): DurationStat(5, 300.0) for kind in ("job", "train")}
+    pending = [
+        _action("judge", type="judge", demand={"gpu": 2.0}, submitted_at=0.0),
+        _action("job", type="job", demand={"gpu": 1.0}, submitted_at=50.0),
+        _action("train", type="train", demand={"gpu": 1.0}, submitted_at=50.0),
+    ]
+    decision = get_policy("tangram").decide(_snapshot(nodes, pending, stats=stats))
+    assert {p.action_id: p.node_id for p in decision.placements} == {"train": "train-host"}
+
+
 def test_a_borrower_never_exceeds_its_limit() -> None:
     quotas = {"t": TenantQuota("t", {"cpu": 2.0}, {"cpu": 5.0})}
     node = Node("n", {"cpu": 30.0}, CPU)
