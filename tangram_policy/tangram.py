@@ -32,7 +32,7 @@ One round, from a snapshot, in five passes:
    keeps it for the round from its tenant's actions expected to run more
    than ``backfill_ratio`` times as long (they would hold it for their
    whole run); one that finds no room of it keeps it, on the nodes that
-   run it, from those and from borrowers' such actions; until they have
+   run it, from those and from borrowers' such actions, until they have
    waited twice ``starvation_s``; shorter ones still backfill.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
