@@ -33,7 +33,11 @@ One round, from a snapshot, in five passes:
    than ``backfill_ratio`` times as long (they would hold it for their
    whole run); one that finds no room of it keeps it, on the nodes that
    run it, from those and from borrowers' such actions, until they have
-   waited twice ``starvation_s``; shorter ones still backfill.
+   waited twice ``starvation_s``; shorter ones still backfill. A head that
+   its tenant's guarantee of such a kind stops (its own tenant's actions
+   fill it) and that finds no room holds it so in the guarantee pass
+   already: else its tenant's longer entries, within the guarantee as they
+   need less, take each unit that frees first.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
    keys, a cold node with a free slot for the action's keys (rather than
@@ -584,6 +588,9 @@ class _Round:
         #: every node: place None): entries expected to run longer than the
         #: bound leave them this round (``_hold_from_longer``).
         self.held_from_longer: dict[tuple[str | None, str], dict[Offering | None, float]] = {}
+        #: The same, per (tenant, kind), for the guarantee pass only
+        #: (``_hold_for_guaranteed``).
+        self.held_in_guarantee: dict[tuple[str | None, str], dict[Offering | None, float]] = {}
         #: How many times ``held_from_longer`` changed: a class works its bounds
         #: out again only then (``_see_holds``), not at each placement.
         self.holds = 0
@@ -966,9 +973,42 @@ class _Round:
                         heapreplace(heap, (entry[0], entry[1], position))
                     continue
             self._hold_for_limited(cls)
+            self._hold_for_guaranteed(cls)
             borrowers.setdefault(cls.tenant, []).append(cls)
             heappop(heap)
         return borrowers
+
+    def _hold_for_guaranteed(self, cls: _Class) -> None:
+        """A head that its tenant's guarantee of its primary kind stops (its
+        tenant's own actions fill it), a kind nobody takes back, and that finds
+        no room of it keeps it for the rest of the guarantee pass from its
+        tenant's entries, on its nodes, expected to run more than
+        ``backfill_ratio`` times as long. Else each unit that frees goes to one
+        of them, within the guarantee as it needs less, before the head
+        borrows, and the head waits for their whole runs (unseen-33-16: 2-GPU
+        judge calls behind 1-GPU offline jobs, one tenant guaranteed all 8
+        GPUs). When it borrows, it holds the kind as any head with no room
+        does (``_place``), from its turn on.
+        """
+        kind = cls.kind
+        if kind in RESIZABLE_KINDS or self.config.backfill_ratio <= 0 or cls.guarantee is None:
+            return
+        pool = self.pool
+        usage = pool.usage.get(cls.tenant, _NO_USAGE)
+        if not any(
+            k == kind and c > EPSILON and usage.get(k, 0.0) + a > c for k, a, c in cls.guarantee
+        ):
+            return
+        index = cls.anywhere
+        if index is None:
+            index = cls.anywhere = pool._index(cls.type, frozenset(), kind)
+        if pool.find(index, cls.need, cls.needs, cls.gpus_needed, False) is not None:
+            return
+        places = self.held_in_guarantee.setdefault((cls.tenant, kind), {})
+        bound = cls.entries[cls.position][2] * self.config.backfill_ratio
+        if bound < places.get(cls.offering, math.inf):
+            places[cls.offering] = bound
+            self.holds += 1
 
     def _hold_from_longer(self, cls: _Class, kind: str, *, room: bool) -> None:
         """The class's head, stopped on ``kind``, keeps it from its tenant's entries
@@ -1003,17 +1043,24 @@ class _Round:
     def _see_holds(self, cls: _Class) -> None:
         """The class's bounds on expected work under the round's holds: as a
         guaranteed entry (its tenant's) and as a borrowing one (and borrowers')."""
-        own = borrowing = math.inf
+        own = borrowing = guaranteed = math.inf
+        held, in_guarantee, where = self.held_from_longer, self.held_in_guarantee, cls.offering
         for kind, _ in cls.needs:
-            own = min(own, self._held_bound((cls.tenant, kind), cls.offering))
-            borrowing = min(borrowing, self._held_bound((None, kind), cls.offering))
-        cls.held_over = own
+            own = min(own, self._held_bound(held, (cls.tenant, kind), where))
+            borrowing = min(borrowing, self._held_bound(held, (None, kind), where))
+            guaranteed = min(guaranteed, self._held_bound(in_guarantee, (cls.tenant, kind), where))
+        cls.held_over = min(own, guaranteed)
         cls.held_over_borrowing = min(own, borrowing)
         cls.holds_seen = self.holds
 
-    def _held_bound(self, key: tuple[str | None, str], where: Offering) -> float:
-        """The lowest bound ``key``'s holds put on entries that run on ``where``."""
-        places = self.held_from_longer.get(key)
+    def _held_bound(
+        self,
+        holds: dict[tuple[str | None, str], dict[Offering | None, float]],
+        key: tuple[str | None, str],
+        where: Offering,
+    ) -> float:
+        """The lowest bound ``key``'s ``holds`` put on entries that run on ``where``."""
+        places = holds.get(key)
         if not places:
             return math.inf
         overlaps = self.pool.overlaps

@@ -289,6 +289,36 @@ def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
     assert placed([cpu_judge, cpu_job]) == ["job"]
 
 
+def test_a_head_its_tenants_guarantee_stops_keeps_gpus_from_its_longer_actions() -> None:
+    """Tenant t, guaranteed 8 GPUs, holds 7: its 2-GPU call is over the guarantee,
+    while its 300 s job, within it, would take the GPU that frees, and the next, and
+    the call would wait for their whole runs (unseen-33-16). With no room for the
+    call, the job leaves the GPU; with room, both go. A job within backfill_ratio
+    of the call, or one that has waited twice starvation_s, still takes it."""
+    free = Node("g", {"gpu": 1.0}, frozenset({"judge", "job"}))
+    pair = Node("h", {"gpu": 2.0}, frozenset({"judge", "job"}))
+    running = [RunningAction("r", "t", "job", "full", {"gpu": 7.0}, 0.0)]
+    quotas = {"t": TenantQuota("t", guaranteed={"gpu": 8.0}, limit={"gpu": 12.0})}
+    stats = {("t", "judge"): DurationStat(5, 3.0), ("t", "job"): DurationStat(5, 300.0)}
+    judge = _action("judge", type="judge", demand={"gpu": 2.0}, submitted_at=0.0)
+    job = _action("job", type="job", demand={"gpu": 1.0}, submitted_at=50.0)
+    short = replace(job, id="short", duration_hint_s=6.0)
+
+    def placed(
+        nodes: list[Node], pending: list[PendingAction], now: float = 100.0, **config: float
+    ) -> dict[str, str]:
+        policy = TangramPolicy(TangramConfig(**config))  # type: ignore[arg-type]
+        snapshot = _snapshot(nodes, pending, running, quotas, stats, now=now)
+        return {p.action_id: p.node_id for p in policy.decide(snapshot).placements}
+
+    assert placed([free], [judge, job]) == {}
+    assert placed([free], [judge, job], backfill_ratio=0.0) == {"job": "g"}  # the rule off
+    assert placed([free, pair], [judge, job]) == {"judge": "h", "job": "g"}
+    assert placed([free], [judge, short]) == {"short": "g"}
+    late_judge = replace(judge, submitted_at=640.0)
+    assert placed([free], [late_judge, job], now=650.0, aging_rate=0.0) == {"job": "g"}
+
+
 def test_a_head_that_finds_no_gpu_room_keeps_it_from_longer_borrowers_only() -> None:
     """One GPU free, a 2-GPU call of tenant t finds no room: t's own 300 s job and
     a 300 s job that u borrows leave the GPU; a job within u's guarantee takes it
