@@ -1042,7 +1042,8 @@ class _Round:
 
     def _see_holds(self, cls: _Class) -> None:
         """The class's bounds on expected work under the round's holds: as a
-        guaranteed entry (its tenant's) and as a borrowing one (and borrowers')."""
+        guaranteed entry (its tenant's, and those for the guarantee pass) and as
+        a borrowing one (its tenant's and borrowers')."""
         own = borrowing = guaranteed = math.inf
         held, in_guarantee, where = self.held_from_longer, self.held_in_guarantee, cls.offering
         for kind, _ in cls.needs:
