@@ -591,8 +591,9 @@ class _Round:
         #: The same, per (tenant, kind), for the guarantee pass only
         #: (``_hold_for_guaranteed``).
         self.held_in_guarantee: dict[tuple[str | None, str], dict[Offering | None, float]] = {}
-        #: How many times ``held_from_longer`` changed: a class works its bounds
-        #: out again only then (``_see_holds``), not at each placement.
+        #: How many times ``held_from_longer`` or ``held_in_guarantee`` changed: a
+        #: class works its bounds out again only then (``_see_holds``), not at each
+        #: placement.
         self.holds = 0
         #: Kinds some action found no room of: extra elastic units leave them.
         self.contended: set[str] = set()
@@ -1004,11 +1005,8 @@ class _Round:
             index = cls.anywhere = pool._index(cls.type, frozenset(), kind)
         if pool.find(index, cls.need, cls.needs, cls.gpus_needed, False) is not None:
             return
-        places = self.held_in_guarantee.setdefault((cls.tenant, kind), {})
         bound = cls.entries[cls.position][2] * self.config.backfill_ratio
-        if bound < places.get(cls.offering, math.inf):
-            places[cls.offering] = bound
-            self.holds += 1
+        self._hold(self.held_in_guarantee, (cls.tenant, kind), cls.offering, bound)
 
     def _hold_from_longer(self, cls: _Class, kind: str, *, room: bool) -> None:
         """The class's head, stopped on ``kind``, keeps it from its tenant's entries
@@ -1035,10 +1033,20 @@ class _Round:
             ((None, kind), (cls.tenant, kind)) if room else ((cls.tenant, kind),)
         )
         for key in keys:
-            places = held.setdefault(key, {})
-            if bound < places.get(place, math.inf):
-                places[place] = bound
-                self.holds += 1
+            self._hold(held, key, place, bound)
+
+    def _hold(
+        self,
+        holds: dict[tuple[str | None, str], dict[Offering | None, float]],
+        key: tuple[str | None, str],
+        place: Offering | None,
+        bound: float,
+    ) -> None:
+        """Lower ``key``'s bound at ``place`` in ``holds`` to ``bound``, counting the change."""
+        places = holds.setdefault(key, {})
+        if bound < places.get(place, math.inf):
+            places[place] = bound
+            self.holds += 1
 
     def _see_holds(self, cls: _Class) -> None:
         """The class's bounds on expected work under the round's holds: as a
