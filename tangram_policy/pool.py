@@ -185,6 +185,8 @@ class Pool:
         self.evicting = any(node.warm_slots for node in snapshot.nodes)
         #: Per node, the warm keys this round's placements set up there (a slot each).
         self.set_up: dict[str, set[str]] = {}
+        #: ``_slots`` per set of executors (nodes and their slots do not change in a round).
+        self._slots_by_executors: dict[frozenset[str], tuple[int, frozenset[str]]] = {}
         #: Per node, the warm keys still being set up there: since before this
         #: round (``Node.setting_up``) or by its cold placements.
         self.setting_up_keys: dict[str, set[str]] = {
@@ -525,41 +527,70 @@ class Pool:
         return wanted
 
     def leaves_slots(self, node_id: str, keys: frozenset[str]) -> bool:
-        """Whether setting ``keys`` up on ``node_id``, in its free slots, leaves a free
-        slot for each key that pending actions of the node's types need and no node
-        holds or sets up. Only another copy of keys held or set up elsewhere is
-        asked: a first copy, or one on a node with no bound on its slots, may go."""
+        """Whether setting ``keys`` up on ``node_id``, in its free slots, leaves each
+        other key in demand the slots to reach as many copies as ``keys`` hold
+        now, up to an equal share of the slots (max-min over copies).
+
+        A key is in demand while pending actions of the node's types need it or
+        a node sets it up. A first copy, or one on a node with no bound on its
+        slots, may go; a second asks room only for keys no node holds. A third
+        or later keeps slots for keys with fewer copies too (terminal: one
+        image's early actions, finding its first node still pulling it, pulled
+        it onto all four nodes while the other three images' first pulls ran,
+        and two of those then ran on one node each).
+        """
         node = self.nodes[node_id]
         if not node.warm_slots:
             return True
-        held = self.warm_nodes
+        copies = self._copies()
+        have = min(copies.get(key, 0) for key in keys)
+        if not have:
+            return True
+        demand = {key for type_ in node.executors for key in self.wanted_by_type.get(type_, ())}
+        for there in self.setting_up_keys.values():
+            demand |= there
+        for there in self.set_up.values():
+            demand |= there
+        demand -= keys
+        target = 1
+        if have > 1:
+            slots, held = self._slots(node.executors)
+            target = min(have, max(slots // len(held | demand | keys), 1))
+        short = sum(max(target - copies.get(key, 0), 0) for key in demand)
+        if not short:
+            return True
         set_up = self.set_up
-        starting = self.setting_up_keys
-
-        def homeless(key: str) -> bool:
-            return (
-                not held.get(key, 0)
-                and not any(key in there for there in set_up.values())
-                and not any(key in there for there in starting.values())
-            )
-
-        if any(homeless(key) for key in keys):
-            return True
-        wanted = self.wanted_by_type
-        orphans = {
-            key
-            for type_ in node.executors
-            for key in wanted.get(type_, _NO_KEYS)
-            if key not in keys and homeless(key)
-        }
-        if not orphans:
-            return True
         free = -len(keys - node.warm - set_up.get(node_id, _NO_KEYS))  # the slots it takes
         for other in self.nodes.values():
             if other.warm_slots and not node.executors.isdisjoint(other.executors):
                 in_use = other.warm | set_up.get(other.id, _NO_KEYS)
                 free += max(other.warm_slots - len(in_use), 0)
-        return free >= len(orphans)
+        return free >= short
+
+    def _copies(self) -> dict[str, int]:
+        """Per warm key, the nodes holding it or setting it up, this round's setups included."""
+        copies = dict(self.warm_nodes)
+        if not copies:  # only the listed nodes are known
+            for node in self.nodes.values():
+                for key in node.warm:
+                    copies[key] = copies.get(key, 0) + 1
+        for node_id, there in self.set_up.items():
+            for key in there - self.nodes[node_id].warm:
+                copies[key] = copies.get(key, 0) + 1
+        return copies
+
+    def _slots(self, executors: frozenset[str]) -> tuple[int, frozenset[str]]:
+        """The warm slots of the nodes that run one of ``executors``, and the keys they hold."""
+        known = self._slots_by_executors.get(executors)
+        if known is None:
+            slots = 0
+            held: set[str] = set()
+            for other in self.nodes.values():
+                if other.warm_slots and not executors.isdisjoint(other.executors):
+                    slots += other.warm_slots
+                    held |= other.warm
+            known = self._slots_by_executors[executors] = (slots, frozenset(held))
+        return known
 
     def set_up_warm(self, node_id: str, keys: frozenset[str]) -> None:
         """Note that a placement sets ``keys`` up on ``node_id`` (a pull, a model load)."""

@@ -198,6 +198,40 @@ def test_one_round_counts_the_slots_its_own_cold_placements_take() -> None:
     assert placed == {"a": "n"}  # c waits for a's pull of its image rather than idle through it
 
 
+def test_a_further_copy_of_an_image_leaves_the_images_starting_their_share_of_slots() -> None:
+    """Four images on four nodes of two slots each (a share of two): c is on two
+    full nodes while a, b and d are each being pulled onto one. A third copy of c
+    would leave two free slots where the others need three for a second copy
+    each, so c's action waits for its own nodes, until it has waited as long as
+    its pull takes; b's second copy goes at once."""
+
+    def node(id: str, cpu: float, *keys: str, starting: str = "") -> Node:
+        warm = frozenset(f"image:{key}" for key in keys)
+        setting_up = frozenset({f"image:{starting}"}) if starting else frozenset()
+        return Node(id, {"cpu": cpu}, CPU, warm=warm, warm_slots=2, setting_up=setting_up)
+
+    nodes = [
+        node("n0", 0.0, "c", "a", starting="a"),
+        node("n1", 0.0, "c", "b", starting="b"),
+        node("n2", 8.0, "d", starting="d"),
+        node("n3", 8.0),
+    ]
+    copies = {"image:a": 1, "image:b": 1, "image:c": 2, "image:d": 1}
+
+    def placed(key: str, submitted_at: float) -> list[str]:
+        action = _action(
+            key, affinity=frozenset({f"image:{key}"}), setup_s=30.0, submitted_at=submitted_at
+        )
+        snapshot = replace(_snapshot(nodes, [action]), warm_nodes=copies)
+        return [p.node_id for p in get_policy("tangram").decide(snapshot).placements]
+
+    assert placed("c", submitted_at=90.0) == []
+    assert placed("c", submitted_at=60.0) in (["n2"], ["n3"])  # waited 40 s, its pull 30 s
+    assert placed("b", submitted_at=90.0) in (["n2"], ["n3"])
+    copies["image:c"] = 1  # a second copy: only images no node holds keep slots
+    assert placed("c", submitted_at=90.0) in (["n2"], ["n3"])
+
+
 def test_a_node_still_setting_a_key_up_gets_no_more_of_its_actions() -> None:
     """A model load under way on the only warm node: another call of it placed there
     would hold a GPU idle until the load ends. A borrowing call waits and leaves the
