@@ -186,12 +186,21 @@ class Pool:
         #: Per node, the warm keys this round's placements set up there (a slot each).
         self.set_up: dict[str, set[str]] = {}
         #: ``_slots`` per set of executors (nodes and their slots do not change in a round).
-        self._slots_by_executors: dict[frozenset[str], tuple[int, frozenset[str]]] = {}
+        self._slots_by_executors: dict[frozenset[str], tuple[int, frozenset[str], int]] = {}
         #: Per node, the warm keys still being set up there: since before this
         #: round (``Node.setting_up``) or by its cold placements.
         self.setting_up_keys: dict[str, set[str]] = {
             node.id: set(node.setting_up) for node in snapshot.nodes if node.setting_up
         }
+        #: The keys nodes set up (since before this round or by its placements), by
+        #: the nodes' executors; per key, the copies this round's placements add,
+        #: and per node the keys they add there.
+        self._keys_starting: dict[frozenset[str], set[str]] = {}
+        for node in snapshot.nodes:
+            if node.setting_up:
+                self._keys_starting.setdefault(node.executors, set()).update(node.setting_up)
+        self._copies_added: dict[str, int] = {}
+        self._added: dict[str, set[str]] = {}
         self.warm_used_at: Mapping[str, float] = snapshot.warm_used_at
         self._pending = snapshot.pending
         self.quotas: Mapping[str, TenantQuota] = snapshot.quotas
@@ -532,7 +541,7 @@ class Pool:
         now, up to an equal share of the slots (max-min over copies).
 
         A key is in demand while pending actions of the node's types need it or
-        a node sets it up. A first copy, or one on a node with no bound on its
+        a node that runs one of them sets it up. A first copy, or one on a node with no bound on its
         slots, may go; a second asks room only for keys no node holds. A third
         or later keeps slots for keys with fewer copies too (terminal: one
         image's early actions, finding its first node still pulling it, pulled
@@ -542,60 +551,78 @@ class Pool:
         node = self.nodes[node_id]
         if not node.warm_slots:
             return True
-        copies = self._copies()
-        have = min(copies.get(key, 0) for key in keys)
+        copies = self._copies
+        have = min(copies(key) for key in keys)
         if not have:
             return True
         demand = {key for type_ in node.executors for key in self.wanted_by_type.get(type_, ())}
-        for there in self.setting_up_keys.values():
-            demand |= there
-        for there in self.set_up.values():
-            demand |= there
+        for executors, there in self._keys_starting.items():
+            if not executors.isdisjoint(node.executors):
+                demand |= there
         demand -= keys
-        target = 1
-        if have > 1:
-            slots, held = self._slots(node.executors)
-            target = min(have, max(slots // len(held | demand | keys), 1))
-        short = sum(max(target - copies.get(key, 0), 0) for key in demand)
+        slots, held, free = self._slots(node.executors)
+        target = min(have, max(slots // len(held | demand | keys), 1))
+        short = sum(max(target - copies(key), 0) for key in demand)
         if not short:
             return True
         set_up = self.set_up
-        free = -len(keys - node.warm - set_up.get(node_id, _NO_KEYS))  # the slots it takes
-        for other in self.nodes.values():
+        free -= len(keys - node.warm - set_up.get(node_id, _NO_KEYS))  # the slots it takes
+        for other_id, there in set_up.items():  # the slots this round's setups took
+            other = self.nodes[other_id]
             if other.warm_slots and not node.executors.isdisjoint(other.executors):
-                in_use = other.warm | set_up.get(other.id, _NO_KEYS)
-                free += max(other.warm_slots - len(in_use), 0)
+                free -= max(other.warm_slots - len(other.warm), 0) - max(
+                    other.warm_slots - len(other.warm | there), 0
+                )
         return free >= short
 
-    def _copies(self) -> dict[str, int]:
-        """Per warm key, the nodes holding it or setting it up, this round's setups included."""
-        copies = dict(self.warm_nodes)
-        if not copies:  # only the listed nodes are known
-            for node in self.nodes.values():
-                for key in node.warm:
-                    copies[key] = copies.get(key, 0) + 1
-        for node_id, there in self.set_up.items():
-            for key in there - self.nodes[node_id].warm:
+    def _copies(self, key: str) -> int:
+        """The nodes holding ``key`` or setting it up, this round's setups included."""
+        return self._held_copies.get(key, 0) + self._copies_added.get(key, 0)
+
+    @cached_property
+    def _held_copies(self) -> Mapping[str, int]:
+        """Per warm key, the nodes holding it as the round begins."""
+        if self.warm_nodes:
+            return self.warm_nodes
+        copies: dict[str, int] = {}  # only the listed nodes are known
+        for node in self.nodes.values():
+            for key in node.warm:
                 copies[key] = copies.get(key, 0) + 1
         return copies
 
-    def _slots(self, executors: frozenset[str]) -> tuple[int, frozenset[str]]:
-        """The warm slots of the nodes that run one of ``executors``, and the keys they hold."""
+    def _slots(self, executors: frozenset[str]) -> tuple[int, frozenset[str], int]:
+        """Of the nodes that run one of ``executors``, with a bound on their slots:
+        the slots, the keys held and the slots free when the round began."""
         known = self._slots_by_executors.get(executors)
         if known is None:
-            slots = 0
+            slots = free = 0
             held: set[str] = set()
             for other in self.nodes.values():
                 if other.warm_slots and not executors.isdisjoint(other.executors):
                     slots += other.warm_slots
+                    free += max(other.warm_slots - len(other.warm), 0)
                     held |= other.warm
-            known = self._slots_by_executors[executors] = (slots, frozenset(held))
+            known = self._slots_by_executors[executors] = (slots, frozenset(held), free)
         return known
 
     def set_up_warm(self, node_id: str, keys: frozenset[str]) -> None:
         """Note that a placement sets ``keys`` up on ``node_id`` (a pull, a model load)."""
         if self.nodes[node_id].warm_slots:
             self.set_up.setdefault(node_id, set()).update(keys)
+        self._add_copies(node_id, keys)
+
+    def start_setting_up(self, node_id: str, keys: frozenset[str]) -> None:
+        """Note that a placement starts setting ``keys`` up on ``node_id``: until that
+        ends, ``find`` passes the node over for actions that need them."""
+        self.setting_up_keys.setdefault(node_id, set()).update(keys)
+        self._add_copies(node_id, keys)
+
+    def _add_copies(self, node_id: str, keys: frozenset[str]) -> None:
+        added = self._added.setdefault(node_id, set())
+        for key in keys - added - self.nodes[node_id].warm:
+            added.add(key)
+            self._copies_added[key] = self._copies_added.get(key, 0) + 1
+        self._keys_starting.setdefault(self.nodes[node_id].executors, set()).update(keys)
 
     @cached_property
     def wanted_since(self) -> dict[str, float]:

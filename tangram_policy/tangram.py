@@ -730,7 +730,7 @@ class _Round:
             if keeping:
                 pool.set_up_warm(found[1], keeping)
             if avoiding and head.setup_s > 0:
-                pool.setting_up_keys.setdefault(found[1], set()).update(avoiding)
+                pool.start_setting_up(found[1], avoiding)
         else:
             # Warm with the class's affinity, which is the action's (unless a batch group's).
             warmed = not cls.batched
