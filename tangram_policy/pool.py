@@ -541,12 +541,12 @@ class Pool:
         now, up to an equal share of the slots (max-min over copies).
 
         A key is in demand while pending actions of the node's types need it or
-        a node that runs one of them sets it up. A first copy, or one on a node with no bound on its
-        slots, may go; a second asks room only for keys no node holds. A third
-        or later keeps slots for keys with fewer copies too (terminal: one
-        image's early actions, finding its first node still pulling it, pulled
-        it onto all four nodes while the other three images' first pulls ran,
-        and two of those then ran on one node each).
+        a node that runs one of them sets it up. A first copy, or one on a node
+        with no bound on its slots, may go; a second asks room only for keys no
+        node holds. A third or later keeps slots for keys with fewer copies too
+        (terminal: one image's early actions, finding its first node still
+        pulling it, pulled it onto all four nodes while the other three images'
+        first pulls ran, and two of those then ran on one node each).
         """
         node = self.nodes[node_id]
         if not node.warm_slots:
@@ -618,6 +618,7 @@ class Pool:
         self._add_copies(node_id, keys)
 
     def _add_copies(self, node_id: str, keys: frozenset[str]) -> None:
+        """Count the copies a placement's setup of ``keys`` on ``node_id`` adds."""
         added = self._added.setdefault(node_id, set())
         for key in keys - added - self.nodes[node_id].warm:
             added.add(key)
