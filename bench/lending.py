@@ -2,12 +2,21 @@
 
     python -m bench.lending fixtures/workloads/reclaim.yaml --tenant team-code
     python -m bench.lending WORKLOAD --tenant T --kind cpu --limits 32,16,8,0 --seeds 1,2,3
+    python -m bench.lending WORKLOAD --own-tenant gpu_judge --kind gpu --limits all,2,1,0
 
 Runs ``tangram`` on the workload once per lending limit given to ``--tenant``'s
 guarantee of ``--kind`` (``all``: the workload as written, no limit), and
 ``partitioned`` as the reference a limit of 0 should approach. Prints, pooled
 over the seeds, the mean ACT and step, and how long actions wait (start minus
 submit) of that tenant and of every other one: mean and p95.
+
+``--own-tenant TASK`` first gives one task a tenant of its own, as an operator
+would give a bursty reward model its own queue beside long jobs of the same
+team: the new tenant, named after the task, takes ``--guarantee`` of the old
+tenant's guarantee of ``--kind`` (half of it, rounded down, by default) and the
+old tenant's limit and weight; its other kinds are unmanaged. It is the lender.
+Every policy replays the same trajectories, whichever tenant a task is in, and
+``partitioned`` shares the pool by task, so its row does not change.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 from bench.policy import parse_seeds, parse_workload
+from tangram_policy.types import TenantQuota
 from tangram_sim.sim import PolicyError, Simulation, quantile
 from tangram_sim.workload import Workload
 
@@ -32,11 +42,30 @@ def with_lending_limit(workload: Workload, tenant: str, kind: str, limit: float)
     return replace(workload, quotas=quotas)
 
 
-def _run(workload: Workload, policy: str, tenant: str) -> dict[str, list[float]]:
+def with_own_tenant(workload: Workload, task_name: str, kind: str, guarantee: float) -> Workload:
+    """``task_name`` in a tenant of its own (named after it) that takes ``guarantee``
+    of its old tenant's guarantee of ``kind``, and that tenant's limit of it and weight."""
+    task = next(t for t in workload.tasks if t.name == task_name)
+    old = workload.quotas[task.tenant]
+    limit = {kind: old.limit[kind]} if kind in old.limit else {}
+    quotas = dict(workload.quotas)
+    quotas[task.tenant] = replace(
+        old, guaranteed={**old.guaranteed, kind: old.guaranteed.get(kind, 0.0) - guarantee}
+    )
+    quotas[task_name] = TenantQuota(task_name, {kind: guarantee}, limit, old.weight)
+    tasks = tuple(replace(t, tenant=task_name) if t is task else t for t in workload.tasks)
+    return replace(workload, quotas=quotas, tasks=tasks)
+
+
+def _run(workload: Workload, policy: str, tenant: str, task: str | None) -> dict[str, list[float]]:
+    """Acts, steps and waits; the lender's actions are ``tenant``'s, or ``task``'s where
+    given (so that the workload as written, before the task's move, compares)."""
     result = Simulation(workload, policy, keep_records=True).run()
     waits: dict[str, list[float]] = {"lender": [], "others": []}
+    prefix = f"{task}/" if task is not None else None
     for record in result.records:
-        side = "lender" if record.tenant == tenant else "others"
+        mine = record.trajectory.startswith(prefix) if prefix else record.tenant == tenant
+        side = "lender" if mine else "others"
         waits[side].append(record.started - record.submitted)
     return {"acts": result.acts, "steps": result.steps, **waits}
 
@@ -62,18 +91,29 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("workload")
-    parser.add_argument("--tenant", required=True, help="the lender")
+    parser.add_argument("--tenant", help="the lender (required without --own-tenant)")
+    parser.add_argument("--own-tenant", metavar="TASK", help="give TASK a tenant of its own")
+    parser.add_argument(
+        "--guarantee", type=float, help="of --kind, for --own-tenant's tenant (default: half)"
+    )
     parser.add_argument("--kind", default="cpu")
     parser.add_argument("--limits", default=f"{NO_LIMIT},16,8,0", help=f"numbers or {NO_LIMIT}")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
-    workload = parse_workload(parser, args.workload)
+    workload = written = parse_workload(parser, args.workload)
+    moved = ""
+    if args.own_tenant is not None:
+        workload, args.tenant, moved = _own_tenant(parser, workload, args)
+    elif args.tenant is None:
+        parser.error("--tenant: required without --own-tenant")
     if args.tenant not in workload.quotas:
         parser.error(f"--tenant: expected one of {sorted(workload.quotas)}, got {args.tenant!r}")
     seeds = parse_seeds(parser, args.seeds)
     guaranteed = workload.quotas[args.tenant].guaranteed.get(args.kind, 0.0)
     cases: list[tuple[str, str, Workload]] = [("partitioned", "partitioned", workload)]
+    if args.own_tenant is not None:
+        cases.append(("tangram, as written", "tangram", written))
     for text in (t.strip() for t in args.limits.split(",") if t.strip()):
         if text == NO_LIMIT:
             cases.append((f"tangram, lends {NO_LIMIT}", "tangram", workload))
@@ -88,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         cases.append((f"tangram, lends {limit:g}", "tangram", limited))
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:
         futures = [
-            [executor.submit(_run, w.with_seed(seed), policy, args.tenant) for seed in seeds]
+            [
+                executor.submit(_run, w.with_seed(seed), policy, args.tenant, args.own_tenant)
+                for seed in seeds
+            ]
             for _, policy, w in cases
         ]
         try:
@@ -100,12 +143,36 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench.lending: {error}", file=sys.stderr)
             return 1
     print(
-        f"{workload.name}: {args.tenant} guarantees {guaranteed:g} {args.kind}"
+        f"{workload.name}: {args.tenant} guarantees {guaranteed:g} {args.kind}{moved}"
         f" (seeds {args.seeds}; waits in seconds)\n"
         f"{'':<24}{'mean ACT':>9}{'step':>9}{'its wait':>10}{'p95':>8}{'others':>10}{'p95':>8}"
     )
     print("\n".join(rows))
     return 0
+
+
+def _own_tenant(
+    parser: argparse.ArgumentParser, workload: Workload, args: argparse.Namespace
+) -> tuple[Workload, str, str]:
+    """``--own-tenant``: the workload with the task in its tenant, that tenant, and
+    what the header says of it."""
+    names = [task.name for task in workload.tasks]
+    if args.own_tenant not in names:
+        parser.error(f"--own-tenant: expected one of {names}, got {args.own_tenant!r}")
+    if args.own_tenant in workload.quotas:
+        parser.error(f"--own-tenant: a tenant is already named {args.own_tenant!r}")
+    if args.tenant is not None:
+        parser.error("--tenant: the lender is --own-tenant's tenant; give one or the other")
+    old = next(t.tenant for t in workload.tasks if t.name == args.own_tenant)
+    quota = workload.quotas.get(old)
+    held = quota.guaranteed.get(args.kind, 0.0) if quota is not None else 0.0
+    if held <= 0:
+        parser.error(f"--own-tenant: its tenant {old!r} is guaranteed no {args.kind}")
+    guarantee = float(int(held / 2)) if args.guarantee is None else args.guarantee
+    if not 0 < guarantee <= held:
+        parser.error(f"--guarantee: expected a number in (0, {held:g}], got {guarantee:g}")
+    moved = f", moved from {old}'s {held:g}"
+    return with_own_tenant(workload, args.own_tenant, args.kind, guarantee), args.own_tenant, moved
 
 
 if __name__ == "__main__":

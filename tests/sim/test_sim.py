@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +266,41 @@ def test_the_lending_bench_prints_the_lenders_wait_for_each_limit(tmp_path: Path
     # mean ACT, step, the lender's wait and p95, the others' wait and p95
     assert rows["tangram, lends all"][2] == "9.00" and rows["tangram, lends 1"][2] == "0.00"
     assert rows["tangram, lends 1"][4] == "2.50"  # one of b's four jobs waits 10 s
+
+
+def test_the_lending_bench_gives_a_task_a_tenant_of_its_own(tmp_path: Path) -> None:
+    """Both tasks of ``_lending`` in one tenant guaranteed all 4 cores: the call
+    waits for a job to end (9 s) until it has a tenant of its own that lends
+    only one of its 2 cores."""
+    from bench.lending import main
+
+    raw = _lending({})
+    raw["tenants"] = [{"name": "b", "guaranteed": {"cpu": 4}, "limit": {"cpu": 4}}]
+    raw["tasks"][1]["tenant"] = "b"
+    path = tmp_path / "own.yaml"
+    path.write_text(json.dumps(raw))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        argv = [str(path), "--own-tenant", "a", "--limits", "all,1", "--seeds", "1"]
+        assert main(argv) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("tiny: a guarantees 2 cpu, moved from b's 4")
+    rows = {line[:24].strip(): line[24:].split() for line in lines[2:]}
+    assert rows["tangram, as written"][2] == "9.00"  # the call, task a, in b
+    assert rows["tangram, lends all"][2] == "9.00"
+    assert rows["tangram, lends 1"][2] == "0.00"
+    assert rows["tangram, lends 1"][4] == "2.50"  # one of the four jobs waits 10 s
+    for argv, message in (
+        (["--own-tenant", "nope"], "--own-tenant: expected one of"),
+        (["--own-tenant", "a", "--tenant", "b"], "give one or the other"),
+        (["--own-tenant", "a", "--guarantee", "5"], "--guarantee: expected a number in (0, 4]"),
+        (["--own-tenant", "a", "--kind", "gpu"], "is guaranteed no gpu"),
+        ([], "--tenant: required without --own-tenant"),
+    ):
+        with pytest.raises(SystemExit) as exited, redirect_stderr(io.StringIO()) as err:
+            main([str(path), *argv])
+        assert exited.value.code == 2
+        assert message in err.getvalue()
 
 
 def test_tangram_keeps_each_image_on_a_node_that_holds_it_when_nodes_keep_one() -> None:
