@@ -169,6 +169,8 @@ def _own_tenant(
     if held <= 0:
         parser.error(f"--own-tenant: its tenant {old!r} is guaranteed no {args.kind}")
     guarantee = float(int(held / 2)) if args.guarantee is None else args.guarantee
+    if args.guarantee is None and guarantee <= 0:
+        parser.error(f"--guarantee: half of {old}'s {held:g} {args.kind} is none; give one")
     if not 0 < guarantee <= held:
         parser.error(f"--guarantee: expected a number in (0, {held:g}], got {guarantee:g}")
     moved = f", moved from {old}'s {held:g}"

@@ -296,6 +296,7 @@ def test_the_lending_bench_gives_a_task_a_tenant_of_its_own(tmp_path: Path) -> N
         (["--own-tenant", "a", "--guarantee", "5"], "--guarantee: expected a number in (0, 4]"),
         (["--own-tenant", "a", "--kind", "gpu"], "is guaranteed no gpu"),
         ([], "--tenant: required without --own-tenant"),
+        (["--own-tenant", "a", "--guarantee", "0"], "--guarantee: expected a number in (0, 4]"),
     ):
         with pytest.raises(SystemExit) as exited, redirect_stderr(io.StringIO()) as err:
             main([str(path), *argv])
