@@ -18,9 +18,10 @@ Beside the ratios against ``static`` and the savings it prints the most any
 action-level policy could reach (``tangram_sim.bound``: every action started
 at once on its most units, but for a first setup and the queue for the pool's
 capacity, which no scheduler avoids; each step at least its resource-seconds
-over the pool), pooled and on the worst seed (JSON: ``act_bound``,
-``step_bound``, ``savings_bound_pct``); a miss marked "unreachable" is one no
-scheduler could meet on that workload.
+over the pool, and tasks' runs at least their work's queue for the pool),
+pooled and on the worst seed (JSON: ``act_bound``, ``step_bound``,
+``savings_bound_pct``); a miss marked "unreachable" is one no scheduler could
+meet on that workload.
 
 It prints the table and the targets each workload misses. It exits 0 when
 every target held, 1 when some did not, 2 on a workload it cannot read.

@@ -21,7 +21,13 @@ end less its think time, and it ends no sooner than:
 A step lasts at least its longest trajectory so bounded, and at least the
 resource-seconds its actions hold of each kind over the pool's capacity of it
 (and those of an executor's actions over its nodes' capacity),
-plus the trainer's time. Resource-seconds are counted at their least: the start
+plus the trainer's time. And tasks share the pool (a step alone would have it
+all): the lengths of their runs (a run is its steps back to back from the
+task's start) sum to at least what, per kind, each run's work as one job (from
+its first such action's earliest start) gives when the jobs complete no sooner,
+sorted, than under SRPT on one machine as fast as the pool, each run lasting
+past its job at least its last step's trainer and what follows that step's
+last such action. Resource-seconds are counted at their least: the start
 and the run at minimum units for the unit kind (Amdahl: more units never cost
 fewer unit-seconds), the run on the most units for the other kinds, and a
 batchable call's share of a full batch.
@@ -70,13 +76,66 @@ class StepFloor:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskFloor:
+    """One task's run: its steps' floors and, per kind, what its steps' actions
+    hold over the whole run: the least resource-seconds, the earliest any can
+    start, and the least time the run goes on after the last one ends."""
+
+    start_s: float
+    steps: tuple[StepFloor, ...]
+    work: Mapping[str, float] = field(default_factory=dict)
+    release_s: Mapping[str, float] = field(default_factory=dict)
+    tail_s: Mapping[str, float] = field(default_factory=dict)
+
+    def on(self, capacity: Mapping[str, float]) -> float:
+        """The shortest this task's run can be on a pool of ``capacity`` it had alone."""
+        return sum(step.on(capacity) for step in self.steps)
+
+
+def _tasks_floor_s(tasks: Sequence[TaskFloor], capacity: Mapping[str, float]) -> float:
+    """The least sum of ``tasks``' run times (their steps' durations) when they share
+    a pool of ``capacity``: each no shorter than alone (``TaskFloor.on``), and per
+    kind, their runs' work, as one job each, completing no sooner, sorted, than
+    under SRPT on one machine as fast as the pool's capacity of the kind."""
+    alone = [task.on(capacity) for task in tasks]
+    best = sum(alone)
+    if math.isinf(best):
+        return best
+    for kind, room in capacity.items():
+        holding = [
+            (task, own)
+            for task, own in zip(tasks, alone, strict=True)
+            if task.work.get(kind, 0.0) > 0
+        ]
+        if room <= 0 or not holding:
+            continue
+        done = srpt_completions(
+            [(task.release_s[kind], task.work[kind] / room) for task, _ in holding]
+        )
+        # End >= tail + max(completion, end alone - tail): pair both sorted.
+        rest = sorted(task.start_s + own - task.tail_s[kind] for task, own in holding)
+        ends = sum(task.tail_s[kind] for task, _ in holding) + sum(
+            max(a, b) for a, b in zip(done, rest, strict=True)
+        )
+        shared = ends - sum(task.start_s for task, _ in holding)
+        best = max(best, sum(alone) - sum(own for _, own in holding) + shared)
+    return best
+
+
+@dataclass(frozen=True, slots=True)
 class Floor:
-    """Sums over a run's actions and steps, so that seeds pool as the bench pools them."""
+    """Sums over a run's actions and its tasks' steps, so that seeds pool as the
+    bench pools them (each seed's tasks share its pool, not another seed's)."""
 
     act_s: float
     actions: int
-    steps: tuple[StepFloor, ...]
+    #: One per simulated run (a seed): its tasks.
+    runs: tuple[tuple[TaskFloor, ...], ...]
     capacity: Mapping[str, float]
+
+    @property
+    def steps(self) -> tuple[StepFloor, ...]:
+        return tuple(step for run in self.runs for task in run for step in task.steps)
 
     @property
     def mean_act_s(self) -> float:
@@ -84,15 +143,20 @@ class Floor:
 
     @property
     def mean_step_s(self) -> float:
-        if not self.steps:
+        return self.mean_step_on(self.capacity)
+
+    def mean_step_on(self, capacity: Mapping[str, float]) -> float:
+        """The least mean step on a pool of ``capacity``."""
+        count = len(self.steps)
+        if not count:
             return 0.0
-        return sum(step.on(self.capacity) for step in self.steps) / len(self.steps)
+        return sum(_tasks_floor_s(tasks, capacity) for tasks in self.runs) / count
 
     def __add__(self, other: Floor) -> Floor:
         return Floor(
             self.act_s + other.act_s,
             self.actions + other.actions,
-            self.steps + other.steps,
+            self.runs + other.runs,
             self.capacity,
         )
 
@@ -297,9 +361,13 @@ def no_wait_floor(workload: Workload) -> Floor:
     room, where = _rooms(workload)
     act_s = 0.0
     actions = 0
-    steps: list[StepFloor] = []
+    tasks: list[TaskFloor] = []
     for task in workload.tasks:
         setups = _set_up_by(task, workload)
+        steps: list[StepFloor] = []
+        total: dict[str, float] = {}
+        release: dict[str, float] = {}
+        tail: dict[str, float] = {}
         for step in range(task.steps):
             plans = []
             for index in range(task.trajectories):
@@ -316,9 +384,21 @@ def no_wait_floor(workload: Workload) -> Floor:
             for trajectory in trajectories:
                 for kind, amount in trajectory.work.items():
                     work[kind] = work.get(kind, 0.0) + amount
+                    if step == 0:
+                        first = task.start_s + trajectory.release_s[kind]
+                        release[kind] = min(release.get(kind, math.inf), first)
+            for kind, amount in work.items():
+                total[kind] = total.get(kind, 0.0) + amount
+                release.setdefault(kind, task.start_s)
+                # The run ends no sooner than the last step's trainer after
+                # the kind's last action, and what follows it in its trajectory.
+                tail[kind] = task.train_s + min(
+                    (t.tail_s[kind] for t in trajectories if kind in t.tail_s), default=0.0
+                )
             longest = max((t.end_s for t in trajectories), default=0.0)
             steps.append(StepFloor(longest, task.train_s, work))
-    return Floor(act_s, actions, tuple(steps), room)
+        tasks.append(TaskFloor(task.start_s, tuple(steps), total, release, tail))
+    return Floor(act_s, actions, (tuple(tasks),), room)
 
 
 def savings_bound(
@@ -327,11 +407,11 @@ def savings_bound(
     """The most savings (percent, over cpu, gpu and API kinds) any policy could have at
     ``target_step_s``: the pool ``Workload.scaled`` by the largest factor whose
     floors' mean step (pooled over ``floors``, one per seed) is still over it."""
-    steps = tuple(step for floor in floors for step in floor.steps)
+    pooled = sum(floors[1:], floors[0]) if floors else None
 
     def mean_on(factor: float) -> float:
         room, _ = _rooms(workload.scaled(factor))
-        return sum(step.on(room) for step in steps) / len(steps) if steps else 0.0
+        return pooled.mean_step_on(room) if pooled is not None else 0.0
 
     low, high = 0.0, 1.0
     if mean_on(high) > target_step_s:

@@ -162,6 +162,36 @@ def test_a_small_pool_bounds_the_step_and_the_savings() -> None:
     assert savings_bound(workload, [floor], 25.0) == 0.0  # not even the full pool
 
 
+def _two_tasks(cores: float) -> dict[str, Any]:
+    """Two tasks of one step and one trajectory, each submitting one 10 s call at once."""
+    raw = _queue(1, 1)
+    raw["pool"][0]["capacity"] = {"cpu": cores}
+    raw["tasks"][0]["actions"][0]["duration_s"] = 10
+    raw["tasks"].append({**raw["tasks"][0], "name": "u"})
+    return raw
+
+
+def test_tasks_that_share_the_pool_queue_for_it_over_their_runs() -> None:
+    """On one core each step alone could end in 10 s, but the two calls' 20
+    core-seconds end at 10 and 20 s at best (SRPT on one core): the steps
+    average 15 s at least, and fifo meets it."""
+    workload = workload_from_dict(_two_tasks(1))
+    floor = no_wait_floor(workload)
+    assert [step.on(floor.capacity) for step in floor.steps] == pytest.approx([10.0, 10.0])
+    assert floor.mean_step_s == pytest.approx(15.0)
+    assert simulate(workload, "fifo").summary()["mean_step_s"] == pytest.approx(15.0)
+    # On two cores both end at 10 s.
+    assert no_wait_floor(workload_from_dict(_two_tasks(2))).mean_step_s == pytest.approx(10.0)
+
+
+def test_the_savings_bound_counts_tasks_sharing_the_pool() -> None:
+    """To match a 15 s mean step the two calls need a whole core: on c < 1 the
+    second ends at 20 / c (steps alone would allow 2/3 of a core, 66.7%)."""
+    workload = workload_from_dict(_two_tasks(2))
+    floor = no_wait_floor(workload)
+    assert savings_bound(workload, [floor], 15.0) == pytest.approx(50.0, abs=1e-6)
+
+
 def test_seeds_pool_as_the_bench_pools_them() -> None:
     workload = load_workload(WORKLOADS / "swe.yaml")
     one, two = (no_wait_floor(workload.with_seed(seed)) for seed in (1, 2))
@@ -171,9 +201,13 @@ def test_seeds_pool_as_the_bench_pools_them() -> None:
         (one.mean_act_s * one.actions + two.mean_act_s * two.actions) / both.actions
     )
     assert one.mean_act_s != two.mean_act_s  # the seed draws other trajectories
+    # Each seed's tasks share its own pool: the step floors pool by their count.
+    assert both.mean_step_s == pytest.approx(
+        (one.mean_step_s * len(one.steps) + two.mean_step_s * len(two.steps)) / len(both.steps)
+    )
 
 
-@pytest.mark.parametrize("name", ["swe", "judge", "gpuburst", "rm", "gpuverify"])
+@pytest.mark.parametrize("name", ["swe", "judge", "gpuburst", "rm", "gpuverify", "tools"])
 @pytest.mark.parametrize("policy", ["partitioned", "fifo", "tangram"])
 def test_no_policy_beats_the_floor(name: str, policy: str) -> None:
     """Every action-level policy replays the floor's actions, and none finishes one or a
