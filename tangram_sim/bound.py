@@ -174,7 +174,7 @@ def _total(specs: Sequence[SimNodeSpec]) -> dict[str, float]:
     return total
 
 
-def _rooms(workload: Workload) -> tuple[dict[str, float], dict[str, str]]:
+def rooms(workload: Workload) -> tuple[dict[str, float], dict[str, str]]:
     """What the floors count a queue for: each kind over the whole pool, and each
     kind over the nodes an executor runs on where those are not all of them (key
     ``kind@executor+executor``, the executors that run on just those nodes: their
@@ -358,7 +358,7 @@ def _queued_act_s(trajectories: list[_Trajectory], capacity: Mapping[str, float]
 
 def no_wait_floor(workload: Workload) -> Floor:
     """The floors of ``workload`` at its seed (see the module)."""
-    room, where = _rooms(workload)
+    room, where = rooms(workload)
     act_s = 0.0
     actions = 0
     tasks: list[TaskFloor] = []
@@ -410,7 +410,7 @@ def savings_bound(
     pooled = sum(floors[1:], floors[0]) if floors else None
 
     def mean_on(factor: float) -> float:
-        room, _ = _rooms(workload.scaled(factor))
+        room, _ = rooms(workload.scaled(factor))
         return pooled.mean_step_on(room) if pooled is not None else 0.0
 
     low, high = 0.0, 1.0

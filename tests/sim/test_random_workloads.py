@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tangram_sim.bound import no_wait_floor
+from tangram_sim.bound import no_wait_floor, rooms
 from tangram_sim.sim import BASELINES, PolicyError, Simulation
 from tangram_sim.workload import workload_from_dict
 
@@ -255,3 +255,21 @@ def test_every_policy_finishes_every_action_of_a_random_workload(raw: dict[str, 
             assert summary["mean_act_s"] >= floor.mean_act_s - 1e-9, policy
             assert summary["mean_step_s"] >= floor.mean_step_s - 1e-9, policy
     assert len(set(finished.values())) == 1, finished
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(raw=workloads(), factor=st.sampled_from((0.5, 0.3)))
+def test_no_policy_beats_the_step_floor_on_a_smaller_pool(
+    raw: dict[str, Any], factor: float
+) -> None:
+    """The savings bound reads the floors on smaller pools, where tasks that run at
+    once queue for the pool the most (``tangram_sim.bound``)."""
+    workload = workload_from_dict(raw)
+    smaller = workload.scaled(factor)
+    floor_s = no_wait_floor(workload).mean_step_on(rooms(smaller)[0])
+    for policy in ("fifo", "tangram"):
+        try:
+            result = Simulation(smaller, policy).run()
+        except PolicyError:  # an action larger than any node of the smaller pool
+            continue
+        assert result.summary()["mean_step_s"] >= floor_s - 1e-9, policy
