@@ -16,7 +16,8 @@ Each policy decides on the state as the live scheduler and the simulator hand
 it (``tangram_policy.pool.partial_view``: nodes with their free room as capacity, usage per tenant,
 the pool's capacity) and, for comparison, with every running action listed
 (``... (every running action)``; the same decisions). Prints the median and
-worst of the timed rounds and how many placements each made.
+worst of the timed rounds and how many placements each made, then how long
+a bare interpreter loop takes on this machine, to read the milliseconds by.
 """
 
 from __future__ import annotations
@@ -189,7 +190,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"{label:<40}{statistics.median(timings):>10.1f}{max(timings):>10.1f}"
                 f"{placements:>12}{resizes:>9}"
             )
+    print(
+        f"this machine: 10^7 Python additions in {_bare_loop_s():.2f} s (the same run's yardstick)"
+    )
     return 0
+
+
+def _bare_loop_s() -> float:
+    """Seconds a bare interpreter loop takes: this VM's speed drifts by 2x from day
+    to day, and milliseconds per round mean little without it. At module level, as
+    ``python -c`` runs it (bench/README.md quotes that figure since stop 27)."""
+    started = time.perf_counter()
+    exec("s = 0\nfor i in range(10 ** 7): s += i", {})
+    return time.perf_counter() - started
 
 
 def _count_instructions(policy: str, argv: list[str]) -> int:
