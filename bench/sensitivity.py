@@ -1,7 +1,7 @@
 """How far tangram's results move with its settings: each variant against the defaults.
 
     python -m bench.sensitivity $(ls fixtures/workloads/*.yaml | grep -v scale)
-    python -m bench.sensitivity fixtures/workloads/mixed.yaml --vary aging_rate=0.25,1,2
+    python -m bench.sensitivity fixtures/workloads/mixed.yaml --vary aging_rate=0.125,0.5,1
 
 A variant changes one numeric ``TangramConfig`` setting (``--vary NAME=V1,V2``,
 repeatable; by default each of ``DEFAULT_VARIANTS``). Every workload runs
@@ -29,7 +29,7 @@ from tangram_sim.sim import SimResult, simulate
 from tangram_sim.workload import Workload
 
 DEFAULT_VARIANTS: dict[str, tuple[float, ...]] = {
-    "aging_rate": (0.25, 1.0, 2.0),
+    "aging_rate": (0.125, 0.5, 1.0),
     "starvation_s": (150.0, 600.0),
     "headroom": (0.0, 0.05),
     "min_gain": (0.02, 0.1),

@@ -849,7 +849,7 @@ def _serve(policy: TangramPolicy, gap: float, long_s: float, horizon: float) -> 
 def test_aging_bounds_the_wait_of_a_long_action_under_a_flood_of_short_ones(
     gap: float, long_s: float
 ) -> None:
-    config = TangramConfig(aging_rate=0.5)
+    config = TangramConfig()
     started = _serve(TangramPolicy(config), gap, long_s, horizon=10_000.0)
     # Only actions submitted before long_s / aging_rate can overtake it, each 1 s long.
     overtakers = math.ceil((long_s / config.aging_rate) / gap) + 2
