@@ -323,6 +323,28 @@ def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
     assert placed([cpu_judge, cpu_job]) == ["job"]
 
 
+def test_a_long_job_goes_ahead_of_fresh_short_calls_only_after_four_times_its_length() -> None:
+    """One tenant's 240 s GPU job and its 6 s judge call wait for the one GPU that
+    freed; nothing holds it (the call fits). The job has waited 600 s: at an aging
+    rate of 0.5 it would go first (key 240 against 6 + 0.5 x 600), so on a pool its
+    own jobs keep full every freed GPU went to a job and the calls waited as under
+    fifo (unseen-44-4). At the default 0.25 the call goes first until the job has
+    waited (240 - 6) / 0.25 = 936 s longer than it."""
+    node = Node("g", {"gpu": 1.0}, frozenset({"judge", "job"}))
+    stats = {("t", "judge"): DurationStat(50, 6.0), ("t", "job"): DurationStat(50, 240.0)}
+    job = _action("job", type="job", demand={"gpu": 1.0}, submitted_at=0.0)
+
+    def placed(call_submitted_at: float, **config: float) -> list[str]:
+        call = _action("call", type="judge", demand={"gpu": 1.0}, submitted_at=call_submitted_at)
+        policy = TangramPolicy(TangramConfig(**config))  # type: ignore[arg-type]
+        snapshot = _snapshot([node], [job, call], stats=stats, now=call_submitted_at)
+        return [p.action_id for p in policy.decide(snapshot).placements]
+
+    assert placed(600.0) == ["call"]
+    assert placed(600.0, aging_rate=0.5) == ["job"]
+    assert placed(937.0) == ["job"]  # waits stay bounded
+
+
 def test_a_head_its_tenants_guarantee_stops_keeps_gpus_from_its_longer_actions() -> None:
     """Tenant t, guaranteed 8 GPUs, holds 7: its 2-GPU call is over the guarantee,
     while its 300 s job, within it, would take the GPU that frees, and the next, and
