@@ -3,10 +3,12 @@
     python -m bench.lending fixtures/workloads/reclaim.yaml --tenant team-code
     python -m bench.lending WORKLOAD --tenant T --kind cpu --limits 32,16,8,0 --seeds 1,2,3
     python -m bench.lending WORKLOAD --own-tenant gpu_judge --kind gpu --limits all,2,1,0
+    python -m bench.lending WORKLOAD --own-tenant offline --guarantee 24 --own-limit 36 --limits all
 
 Runs ``tangram`` on the workload once per lending limit given to ``--tenant``'s
-guarantee of ``--kind`` (``all``: the workload as written, no limit), and
-``partitioned`` as the reference a limit of 0 should approach. Prints, pooled
+guarantee of ``--kind`` (``all``: the workload as written, no limit),
+``partitioned`` as the reference a limit of 0 should approach, and ``fifo``
+on the same quotas, one shared queue that lends all. Prints, pooled
 over the seeds, the mean ACT and step, and how long actions wait (start minus
 submit) of that tenant and of every other one: mean and p95.
 
@@ -15,8 +17,12 @@ would give a bursty reward model its own queue beside long jobs of the same
 team: the new tenant, named after the task, takes ``--guarantee`` of the old
 tenant's guarantee of ``--kind`` (half of it, rounded down, by default) and the
 old tenant's limit and weight; its other kinds are unmanaged. It is the lender.
+``--own-limit N`` splits the old tenant's limit of ``--kind`` instead: the new
+tenant's is N and the old one keeps the rest, so that the two hold no more
+than the one did (a quota per kind of work at the same total).
 Every policy replays the same trajectories, whichever tenant a task is in, and
-``partitioned`` shares the pool by task, so its row does not change.
+``partitioned`` shares the pool by task, so its row does not change unless a
+split limit is below the task's share.
 """
 
 from __future__ import annotations
@@ -42,17 +48,28 @@ def with_lending_limit(workload: Workload, tenant: str, kind: str, limit: float)
     return replace(workload, quotas=quotas)
 
 
-def with_own_tenant(workload: Workload, task_name: str, kind: str, guarantee: float) -> Workload:
+def with_own_tenant(
+    workload: Workload, task_name: str, kind: str, guarantee: float, limit: float | None = None
+) -> Workload:
     """``task_name`` in a tenant of its own (named after it) that takes ``guarantee``
-    of its old tenant's guarantee of ``kind``, and that tenant's limit of it and weight."""
+    of its old tenant's guarantee of ``kind`` and that tenant's weight, and ``limit``
+    of its limit of ``kind`` (None: a limit as large as the old tenant's, which
+    keeps its own)."""
     task = next(t for t in workload.tasks if t.name == task_name)
     old = workload.quotas[task.tenant]
-    limit = {kind: old.limit[kind]} if kind in old.limit else {}
+    old_limit = old.limit
+    if limit is None:
+        own_limit = {kind: old.limit[kind]} if kind in old.limit else {}
+    else:
+        own_limit = {kind: limit}
+        old_limit = {**old.limit, kind: old.limit[kind] - limit}
     quotas = dict(workload.quotas)
     quotas[task.tenant] = replace(
-        old, guaranteed={**old.guaranteed, kind: old.guaranteed.get(kind, 0.0) - guarantee}
+        old,
+        guaranteed={**old.guaranteed, kind: old.guaranteed.get(kind, 0.0) - guarantee},
+        limit=old_limit,
     )
-    quotas[task_name] = TenantQuota(task_name, {kind: guarantee}, limit, old.weight)
+    quotas[task_name] = TenantQuota(task_name, {kind: guarantee}, own_limit, old.weight)
     tasks = tuple(replace(t, tenant=task_name) if t is task else t for t in workload.tasks)
     return replace(workload, quotas=quotas, tasks=tasks)
 
@@ -96,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--guarantee", type=float, help="of --kind, for --own-tenant's tenant (default: half)"
     )
+    parser.add_argument(
+        "--own-limit",
+        type=float,
+        help="of --kind, for --own-tenant's tenant, taken from its old tenant's limit",
+    )
     parser.add_argument("--kind", default="cpu")
     parser.add_argument("--limits", default=f"{NO_LIMIT},16,8,0", help=f"numbers or {NO_LIMIT}")
     parser.add_argument("--seeds", default="1,2,3")
@@ -107,11 +129,16 @@ def main(argv: list[str] | None = None) -> int:
         workload, args.tenant, moved = _own_tenant(parser, workload, args)
     elif args.tenant is None:
         parser.error("--tenant: required without --own-tenant")
+    elif args.own_limit is not None:
+        parser.error("--own-limit: only with --own-tenant")
     if args.tenant not in workload.quotas:
         parser.error(f"--tenant: expected one of {sorted(workload.quotas)}, got {args.tenant!r}")
     seeds = parse_seeds(parser, args.seeds)
     guaranteed = workload.quotas[args.tenant].guaranteed.get(args.kind, 0.0)
-    cases: list[tuple[str, str, Workload]] = [("partitioned", "partitioned", workload)]
+    cases: list[tuple[str, str, Workload]] = [
+        ("partitioned", "partitioned", workload),
+        ("fifo", "fifo", workload),
+    ]
     if args.own_tenant is not None:
         cases.append(("tangram, as written", "tangram", written))
     for text in (t.strip() for t in args.limits.split(",") if t.strip()):
@@ -174,7 +201,21 @@ def _own_tenant(
     if not 0 < guarantee <= held:
         parser.error(f"--guarantee: expected a number in (0, {held:g}], got {guarantee:g}")
     moved = f", moved from {old}'s {held:g}"
-    return with_own_tenant(workload, args.own_tenant, args.kind, guarantee), args.own_tenant, moved
+    if args.own_limit is not None:
+        assert quota is not None  # it guarantees the kind
+        if args.kind not in quota.limit:
+            parser.error(f"--own-limit: its tenant {old!r} has no limit of {args.kind}")
+        whole = quota.limit[args.kind]
+        # Each tenant's limit covers its guarantee.
+        most = whole - (held - guarantee)
+        own_limit = args.own_limit
+        if not guarantee <= own_limit <= most:
+            parser.error(
+                f"--own-limit: expected a number in [{guarantee:g}, {most:g}], got {own_limit:g}"
+            )
+        moved += f"; limit {own_limit:g} of its {whole:g}"
+    own = with_own_tenant(workload, args.own_tenant, args.kind, guarantee, args.own_limit)
+    return own, args.own_tenant, moved
 
 
 if __name__ == "__main__":

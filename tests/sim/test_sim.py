@@ -304,6 +304,36 @@ def test_the_lending_bench_gives_a_task_a_tenant_of_its_own(tmp_path: Path) -> N
         assert message in err.getvalue()
 
 
+def test_the_lending_bench_splits_a_limit_for_a_tenant_of_its_own(tmp_path: Path) -> None:
+    """As above, but ``--own-limit 2`` splits b's limit of 4: b's jobs run two at
+    a time (two wait 10 s), and the call finds a's 2 cores idle, however much a lends."""
+    from bench.lending import main
+
+    raw = _lending({})
+    raw["tenants"] = [{"name": "b", "guaranteed": {"cpu": 4}, "limit": {"cpu": 4}}]
+    raw["tasks"][1]["tenant"] = "b"
+    path = tmp_path / "own.yaml"
+    path.write_text(json.dumps(raw))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        argv = [str(path), "--own-tenant", "a", "--own-limit", "2", "--limits", "all,1"]
+        assert main([*argv, "--seeds", "1"]) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("tiny: a guarantees 2 cpu, moved from b's 4; limit 2 of its 4")
+    rows = {line[:24].strip(): line[24:].split() for line in lines[2:]}
+    assert rows["tangram, as written"][2] == "9.00"
+    for row in ("tangram, lends all", "tangram, lends 1", "fifo"):  # fifo on the same quotas
+        assert rows[row][2] == "0.00" and rows[row][4] == "5.00"
+    for argv, message in (
+        (["--own-tenant", "a", "--own-limit", "3"], "--own-limit: expected a number in [2, 2]"),
+        (["--tenant", "b", "--own-limit", "2"], "--own-limit: only with --own-tenant"),
+    ):
+        with pytest.raises(SystemExit) as exited, redirect_stderr(io.StringIO()) as err:
+            main([str(path), *argv])
+        assert exited.value.code == 2
+        assert message in err.getvalue()
+
+
 def test_tangram_keeps_each_image_on_a_node_that_holds_it_when_nodes_keep_one() -> None:
     """Two tasks with an image each, on two nodes that keep one image warm. Blind
     to warm slots, best fit pulls one image over the other while it is in use, so
