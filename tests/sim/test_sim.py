@@ -268,70 +268,78 @@ def test_the_lending_bench_prints_the_lenders_wait_for_each_limit(tmp_path: Path
     assert rows["tangram, lends 1"][4] == "2.50"  # one of b's four jobs waits 10 s
 
 
-def test_the_lending_bench_gives_a_task_a_tenant_of_its_own(tmp_path: Path) -> None:
-    """Both tasks of ``_lending`` in one tenant guaranteed all 4 cores: the call
-    waits for a job to end (9 s) until it has a tenant of its own that lends
-    only one of its 2 cores."""
-    from bench.lending import main
-
+def _one_tenant_lending(tmp_path: Path) -> Path:
+    """Both tasks of ``_lending`` in one tenant, b, guaranteed all 4 cores."""
     raw = _lending({})
     raw["tenants"] = [{"name": "b", "guaranteed": {"cpu": 4}, "limit": {"cpu": 4}}]
     raw["tasks"][1]["tenant"] = "b"
     path = tmp_path / "own.yaml"
     path.write_text(json.dumps(raw))
+    return path
+
+
+def _lending_bench(path: Path, *argv: str) -> tuple[str, dict[str, list[str]]]:
+    """``bench.lending``'s header and rows, by label."""
+    from bench.lending import main
+
     out = io.StringIO()
     with redirect_stdout(out):
-        argv = [str(path), "--own-tenant", "a", "--limits", "all,1", "--seeds", "1"]
-        assert main(argv) == 0
+        assert main([str(path), *argv, "--seeds", "1"]) == 0
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("tiny: a guarantees 2 cpu, moved from b's 4")
-    rows = {line[:24].strip(): line[24:].split() for line in lines[2:]}
-    assert rows["tangram, as written"][2] == "9.00"  # the call, task a, in b
-    assert rows["tangram, lends all"][2] == "9.00"
-    assert rows["tangram, lends 1"][2] == "0.00"
-    assert rows["tangram, lends 1"][4] == "2.50"  # one of the four jobs waits 10 s
-    for argv, message in (
-        (["--own-tenant", "nope"], "--own-tenant: expected one of"),
-        (["--own-tenant", "a", "--tenant", "b"], "give one or the other"),
-        (["--own-tenant", "a", "--guarantee", "5"], "--guarantee: expected a number in (0, 4]"),
-        (["--own-tenant", "a", "--kind", "gpu"], "is guaranteed no gpu"),
-        ([], "--tenant: required without --own-tenant"),
-        (["--own-tenant", "a", "--guarantee", "0"], "--guarantee: expected a number in (0, 4]"),
-    ):
+    return lines[0], {line[:24].strip(): line[24:].split() for line in lines[2:]}
+
+
+def _assert_lending_bench_refuses(path: Path, refusals: dict[tuple[str, ...], str]) -> None:
+    from bench.lending import main
+
+    for argv, message in refusals.items():
         with pytest.raises(SystemExit) as exited, redirect_stderr(io.StringIO()) as err:
             main([str(path), *argv])
         assert exited.value.code == 2
         assert message in err.getvalue()
+
+
+def test_the_lending_bench_gives_a_task_a_tenant_of_its_own(tmp_path: Path) -> None:
+    """The call waits for a job to end (9 s) until it has a tenant of its own that
+    lends only one of its 2 cores."""
+    path = _one_tenant_lending(tmp_path)
+    header, rows = _lending_bench(path, "--own-tenant", "a", "--limits", "all,1")
+    assert header.startswith("tiny: a guarantees 2 cpu, moved from b's 4")
+    assert rows["tangram, as written"][2] == "9.00"  # the call, task a, in b
+    assert rows["tangram, lends all"][2] == "9.00"
+    assert rows["tangram, lends 1"][2] == "0.00"
+    assert rows["tangram, lends 1"][4] == "2.50"  # one of the four jobs waits 10 s
+    _assert_lending_bench_refuses(
+        path,
+        {
+            ("--own-tenant", "nope"): "--own-tenant: expected one of",
+            ("--own-tenant", "a", "--tenant", "b"): "give one or the other",
+            ("--own-tenant", "a", "--guarantee", "5"): "--guarantee: expected a number in (0, 4]",
+            ("--own-tenant", "a", "--kind", "gpu"): "is guaranteed no gpu",
+            (): "--tenant: required without --own-tenant",
+            ("--own-tenant", "a", "--guarantee", "0"): "--guarantee: expected a number in (0, 4]",
+        },
+    )
 
 
 def test_the_lending_bench_splits_a_limit_for_a_tenant_of_its_own(tmp_path: Path) -> None:
     """As above, but ``--own-limit 2`` splits b's limit of 4: b's jobs run two at
     a time (two wait 10 s), and the call finds a's 2 cores idle, however much a lends."""
-    from bench.lending import main
-
-    raw = _lending({})
-    raw["tenants"] = [{"name": "b", "guaranteed": {"cpu": 4}, "limit": {"cpu": 4}}]
-    raw["tasks"][1]["tenant"] = "b"
-    path = tmp_path / "own.yaml"
-    path.write_text(json.dumps(raw))
-    out = io.StringIO()
-    with redirect_stdout(out):
-        argv = [str(path), "--own-tenant", "a", "--own-limit", "2", "--limits", "all,1"]
-        assert main([*argv, "--seeds", "1"]) == 0
-    lines = out.getvalue().splitlines()
-    assert lines[0].startswith("tiny: a guarantees 2 cpu, moved from b's 4; limit 2 of its 4")
-    rows = {line[:24].strip(): line[24:].split() for line in lines[2:]}
+    path = _one_tenant_lending(tmp_path)
+    header, rows = _lending_bench(
+        path, "--own-tenant", "a", "--own-limit", "2", "--limits", "all,1"
+    )
+    assert header.startswith("tiny: a guarantees 2 cpu, moved from b's 4; limit 2 of its 4")
     assert rows["tangram, as written"][2] == "9.00"
     for row in ("tangram, lends all", "tangram, lends 1", "fifo"):  # fifo on the same quotas
         assert rows[row][2] == "0.00" and rows[row][4] == "5.00"
-    for argv, message in (
-        (["--own-tenant", "a", "--own-limit", "3"], "--own-limit: expected a number in [2, 2]"),
-        (["--tenant", "b", "--own-limit", "2"], "--own-limit: only with --own-tenant"),
-    ):
-        with pytest.raises(SystemExit) as exited, redirect_stderr(io.StringIO()) as err:
-            main([str(path), *argv])
-        assert exited.value.code == 2
-        assert message in err.getvalue()
+    _assert_lending_bench_refuses(
+        path,
+        {
+            ("--own-tenant", "a", "--own-limit", "3"): "--own-limit: expected a number in [2, 2]",
+            ("--tenant", "b", "--own-limit", "2"): "--own-limit: only with --own-tenant",
+        },
+    )
 
 
 def test_tangram_keeps_each_image_on_a_node_that_holds_it_when_nodes_keep_one() -> None:
