@@ -254,20 +254,6 @@ def test_a_lending_limit_keeps_the_rest_of_the_guarantee_for_its_owner_by_hand(
     assert by_tenant == acts
 
 
-def test_the_lending_bench_prints_the_lenders_wait_for_each_limit(tmp_path: Path) -> None:
-    from bench.lending import main
-
-    path = tmp_path / "lending.yaml"
-    path.write_text(json.dumps(_lending({})))  # JSON is YAML
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert main([str(path), "--tenant", "a", "--limits", "all,1", "--seeds", "1"]) == 0
-    rows = {line[:24].strip(): line[24:].split() for line in out.getvalue().splitlines()[2:]}
-    # mean ACT, step, the lender's wait and p95, the others' wait and p95
-    assert rows["tangram, lends all"][2] == "9.00" and rows["tangram, lends 1"][2] == "0.00"
-    assert rows["tangram, lends 1"][4] == "2.50"  # one of b's four jobs waits 10 s
-
-
 def _one_tenant_lending(tmp_path: Path) -> Path:
     """Both tasks of ``_lending`` in one tenant, b, guaranteed all 4 cores."""
     raw = _lending({})
@@ -297,6 +283,15 @@ def _assert_lending_bench_refuses(path: Path, refusals: dict[tuple[str, ...], st
             main([str(path), *argv])
         assert exited.value.code == 2
         assert message in err.getvalue()
+
+
+def test_the_lending_bench_prints_the_lenders_wait_for_each_limit(tmp_path: Path) -> None:
+    path = tmp_path / "lending.yaml"
+    path.write_text(json.dumps(_lending({})))  # JSON is YAML
+    _, rows = _lending_bench(path, "--tenant", "a", "--limits", "all,1")
+    # mean ACT, step, the lender's wait and p95, the others' wait and p95
+    assert rows["tangram, lends all"][2] == "9.00" and rows["tangram, lends 1"][2] == "0.00"
+    assert rows["tangram, lends 1"][4] == "2.50"  # one of b's four jobs waits 10 s
 
 
 def test_the_lending_bench_gives_a_task_a_tenant_of_its_own(tmp_path: Path) -> None:
