@@ -9,6 +9,7 @@ estimate does not depend on how many units earlier runs happened to get.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from tangram_policy.types import BatchStat, DurationStat, Elasticity, PendingAction
@@ -25,6 +26,9 @@ MIN_RUN_S = 1e-3
 BATCH_MARGINAL_PRIOR = 0.25
 #: EWMA factor once ``stat_update`` has seen more than ``1 / EWMA_ALPHA`` actions.
 EWMA_ALPHA = 0.05
+#: Seconds over which ``decayed_mean`` averages a type's load: several RL steps'
+#: worth of short calls, so that the gap between two steps does not erase it.
+LOAD_WINDOW_S = 300.0
 
 
 def speedup(elasticity: Elasticity, units: int) -> float:
@@ -54,6 +58,14 @@ def stat_update(stat: DurationStat | None, observed_s: float) -> DurationStat:
     return DurationStat(
         count=stat.count + 1, mean_s=stat.mean_s + alpha * (observed_s - stat.mean_s)
     )
+
+
+def decayed_mean(mean: float, held: float, elapsed_s: float) -> float:
+    """An exponential average in time: ``mean`` moved towards ``held``, held for
+    the last ``elapsed_s`` seconds, with time constant ``LOAD_WINDOW_S``."""
+    if elapsed_s <= 0:
+        return mean
+    return mean + (1.0 - math.exp(-elapsed_s / LOAD_WINDOW_S)) * (held - mean)
 
 
 def batch_update(

@@ -193,6 +193,12 @@ class TangramConfig:
     #: finds no room of a kind never taken back (GPUs, memory, API quota), or
     #: that its tenant's limit of it stops, leave that kind for the round (0: off).
     backfill_ratio: float = 3.0
+    #: Room a tenant's entries expected to run more than ``keep_ratio`` times as
+    #: long as one of its types leave that type, of a kind taken back (cores):
+    #: ``keep_share`` times what it held on average lately, less what it holds
+    #: and has queued now (``Snapshot.type_loads``; 0: off). See ``_Round._keeps``.
+    keep_share: float = 2.0
+    keep_ratio: float = 20.0
 
 
 Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...]]
@@ -379,6 +385,8 @@ class TangramPolicy:
         config = self.config
         pool = Pool(snapshot, topology=config.topology)
         round_ = _Round(pool, config, snapshot.now)
+        if config.keep_share > 0 and snapshot.type_loads:
+            round_.kept = self._kept(snapshot)
         classes = self._classes(snapshot, pool)
         round_.place(classes)
         if config.shrinking and snapshot.resizable:
@@ -486,6 +494,22 @@ class TangramPolicy:
                 )
             out.append(cls)
         return out
+
+    def _kept(self, snapshot: Snapshot) -> dict[str, list[tuple[str, float, float]]]:
+        """Per tenant, the room kept for its types (``_Round._keeps``): (kind,
+        amount, the expected work above which an entry leaves it)."""
+        config = self.config
+        stats = snapshot.duration_stats
+        kept: dict[str, list[tuple[str, float, float]]] = {}
+        for (tenant, action_type), load in snapshot.type_loads.items():
+            stat = stats.get((tenant, action_type))
+            if stat is None or load.kind not in RESIZABLE_KINDS:
+                continue
+            amount = config.keep_share * load.mean_held - load.held - load.queued
+            if amount > EPSILON:
+                bound = stat.mean_s * config.keep_ratio
+                kept.setdefault(tenant, []).append((load.kind, amount, bound))
+        return kept
 
     def _may_grow(self, snapshot: Snapshot) -> bool:
         """Whether a running action could take more units (only of a kind taken back)."""
@@ -610,6 +634,8 @@ class _Round:
         self.lending = False
         #: Shapes that found room only on nodes still setting their keys up.
         self.setup_only: set[int] = set()
+        #: Per tenant, room kept for its short types (``TangramPolicy._kept``).
+        self.kept: dict[str, list[tuple[str, float, float]]] = {}
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
         """Whether a reservation keeps ``cls`` from the kinds it needs this round.
@@ -671,6 +697,14 @@ class _Round:
                 and self.now - entry[4] < 2.0 * self.config.starvation_s  # else nothing holds it
             ):
                 return False
+        kept = self.kept
+        if (
+            kept
+            and cls.tenant in kept
+            and self.now - entry[4] < 2.0 * self.config.starvation_s  # else nothing keeps it
+            and self._keeps(cls, entry[2], kept[cls.tenant])
+        ):
+            return False
         head = entry[3]
         members = entry[5]
         elasticity = head.elasticity
@@ -758,6 +792,41 @@ class _Round:
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
+
+    def _keeps(self, cls: _Class, work: float, kept: list[tuple[str, float, float]]) -> bool:
+        """Whether an entry of ``cls`` expected to run ``work`` leaves the room its
+        tenant keeps for its shorter types.
+
+        A type far shorter than the entry that held more lately than it asks
+        now is between steps (or turns): placing long work at its minimum
+        units, which nobody takes back, into the room it comes back to makes
+        its next calls wait for that work's whole run (unseen-53-25: a
+        tenant's 32 offline jobs of 177 s, placed while its interpreter task
+        was between steps, took 64 of its 72 cores for the next step's 1 s
+        calls). So the entry takes room only while the tenant, within its
+        limit and the pool, keeps twice that type's recent mean. Where nothing
+        holds the kind, nothing would end and bring a round back: no room is
+        kept.
+        """
+        demand = cls.demand
+        needed: dict[str, float] = {}
+        for kind, amount, bound in kept:
+            if work > bound and demand.get(kind, 0.0) > 0:
+                needed[kind] = needed.get(kind, 0.0) + amount
+        if not needed:
+            return False
+        pool = self.pool
+        usage = pool.usage.get(cls.tenant, _NO_USAGE)
+        quota = pool.quotas.get(cls.tenant)
+        for kind, amount in needed.items():
+            room = pool.unused(kind)
+            if room >= pool.total.get(kind, 0.0) - EPSILON:
+                continue
+            if quota is not None and kind in quota.limit:
+                room = min(room, quota.limit[kind] - usage.get(kind, 0.0))
+            if room - demand[kind] < amount - EPSILON:
+                return True
+        return False
 
     def _hold_for_setup(
         self,

@@ -213,6 +213,18 @@ class BatchStat:
 
 
 @dataclass(frozen=True, slots=True)
+class TypeLoad:
+    """What one (tenant, action type) asks of its primary ``kind``, at minimum
+    units: ``held`` by its running actions, ``queued`` by its pending ones, and
+    ``mean_held``, what it held on average lately (``estimate.decayed_mean``)."""
+
+    kind: str
+    held: float
+    queued: float
+    mean_held: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[Node, ...]
@@ -241,6 +253,9 @@ class Snapshot:
     #: batch is formed only where it lowers their mean ACT. Absent: not yet
     #: observed, batch whenever there are more of them than free slots.
     batch_stats: Mapping[tuple[str, str], BatchStat] = field(default_factory=dict)
+    #: Per (tenant, action type), its load: a round keeps room for a short type
+    #: that held more lately than it asks now. Empty: unknown, none is kept.
+    type_loads: Mapping[tuple[str, str], TypeLoad] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

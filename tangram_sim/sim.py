@@ -34,13 +34,14 @@ from typing import Any
 
 from tangram_policy.estimate import (
     batch_update,
+    decayed_mean,
     observed_work,
     speedup,
     stat_update,
     type_priors,
     work_at_min_units,
 )
-from tangram_policy.pool import gpu_group_size, take_gpus
+from tangram_policy.pool import gpu_group_size, primary_kind, take_gpus
 from tangram_policy.registry import get_policy
 from tangram_policy.types import (
     EPSILON,
@@ -56,6 +57,7 @@ from tangram_policy.types import (
     Resize,
     RunningAction,
     Snapshot,
+    TypeLoad,
 )
 from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
 from tangram_sim.workload import ActionType, Dist, Task, Workload, draw_trajectory
@@ -218,6 +220,24 @@ class _Action:
         self.batch: tuple[int, float, bool] | None = None
 
 
+class _Load:
+    """One (tenant, type)'s units of ``kind`` held and queued, and their mean held."""
+
+    __slots__ = ("kind", "held", "queued", "mean_held", "at")
+
+    def __init__(self, kind: str, now: float) -> None:
+        self.kind = kind
+        self.held = 0.0
+        self.queued = 0.0
+        self.mean_held = 0.0
+        self.at = now
+
+    def catch_up(self, now: float) -> None:
+        """Average what was held since the last change in (it held ``held`` since)."""
+        self.mean_held = decayed_mean(self.mean_held, self.held, now - self.at)
+        self.at = now
+
+
 @dataclass(frozen=True, slots=True)
 class Arrival:
     """An action submitted from outside the RL loop (a replayed trace).
@@ -356,6 +376,9 @@ class Simulation:
         self.usage: dict[str, dict[str, float]] = {}
         self.stats: dict[tuple[str, str], DurationStat] = {}
         self.batch_stats: dict[tuple[str, str], BatchStat] = {}
+        #: Per (tenant, type): its primary kind, units held and queued, the mean
+        #: held and when that mean was brought up to date (``Snapshot.type_loads``).
+        self._loads: dict[tuple[str, str], _Load] = {}
         self.acts: list[float] = []
         self.type_totals: dict[tuple[str, str], TypeTotals] = {}
         self.steps: list[float] = []
@@ -603,7 +626,18 @@ class Simulation:
             duration_hint_s=self._hint(action),
         )
         self.pending[action.id] = action
+        load = self._load_of(action)
+        load.queued += action.type.demand.get(load.kind, 0.0)
         self._wake()
+
+    def _load_of(self, action: _Action) -> _Load:
+        """``action``'s type's load, its mean brought up to now (before it changes)."""
+        key = (action.tenant, action.type.id)
+        load = self._loads.get(key)
+        if load is None:
+            load = self._loads[key] = _Load(primary_kind(action.type.demand), self.now)
+        load.catch_up(self.now)
+        return load
 
     def _hint(self, action: _Action) -> float | None:
         """The client's hint of ``action``'s run time, where its type has one: the same
@@ -658,6 +692,7 @@ class Simulation:
             warm_nodes=self._warm_nodes,
             warm_used_at=self._warm_used_at,
             batch_stats=self.batch_stats,
+            type_loads=self._type_loads(),
         )
         decision = self.policy.decide(snapshot)
         for resize in decision.resizes:
@@ -671,6 +706,13 @@ class Simulation:
             batches.setdefault(key, []).append((action, placement))
         for members in batches.values():
             self._start(members)
+
+    def _type_loads(self) -> dict[tuple[str, str], TypeLoad]:
+        out = {}
+        for key, load in self._loads.items():
+            load.catch_up(self.now)
+            out[key] = TypeLoad(load.kind, load.held, load.queued, load.mean_held)
+        return out
 
     def _resizable_now(self) -> tuple[Resizable, ...]:
         """Running actions that could give units back to a pending one, or grow on their node."""
@@ -786,6 +828,11 @@ class Simulation:
             if action.type.id not in node.executors:
                 raise PolicyError(f"{self.policy_name}: {action.type.id} placed on {node.id}")
             self._hold(action, node, placement)
+            if action.pending is not None:
+                load = self._load_of(action)
+                amount = action.type.demand.get(load.kind, 0.0)
+                load.queued -= amount
+                load.held += amount
             elasticity = action.type.elasticity
             action.units = placement.units
             if action.is_lease:
@@ -965,6 +1012,9 @@ class Simulation:
         self._resizable.pop(action.id, None)
         self._makespan = max(self._makespan, self.now)
         in_lease = action.allocation == {} and not action.is_lease
+        if action.pending is not None:
+            load = self._load_of(action)
+            load.held -= action.type.demand.get(load.kind, 0.0)
         if not in_lease:
             self._release(action)
         act = self.now - action.origin

@@ -176,3 +176,28 @@ class ActionBatchStat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.type}: {self.marginal:.3f} a member over {self.count}"
+
+
+class ActionLoadStat(models.Model):
+    """What one (tenant, type) held of its primary ``kind`` at the latest round,
+    at minimum units, and on average lately (``tangram_policy.estimate.decayed_mean``).
+
+    A round reads it to keep room for a short type between its steps
+    (``Snapshot.type_loads``) and writes it back with what it saw.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    type = models.CharField(max_length=64)
+    kind = models.CharField(max_length=64)
+    held = models.FloatField(default=0.0)
+    mean_held = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "type"], name="load_stat_unique"),
+        ]
+
+    def __str__(self) -> str:
+        held = f"{self.held:g} {self.kind} held, {self.mean_held:.2f} lately"
+        return f"{self.tenant_id} {self.type}: {held}"

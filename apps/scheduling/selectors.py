@@ -20,7 +20,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, TextField, Window
+from django.db.models import Count, F, TextField, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
@@ -29,14 +29,15 @@ from apps.actions.models import (
     Action,
     ActionBatchStat,
     ActionDurationStat,
+    ActionLoadStat,
     ActionState,
 )
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node, WarmKeyUse
 from apps.tenants.models import Quota
 from tangram_agent.protocol import RESIZE_PROTOCOL, SHRINK_PROTOCOL
-from tangram_policy.estimate import speedup
-from tangram_policy.pool import gpu_group_size
+from tangram_policy.estimate import decayed_mean, speedup
+from tangram_policy.pool import gpu_group_size, primary_kind
 from tangram_policy.types import (
     EPSILON,
     RESIZABLE_KINDS,
@@ -49,6 +50,7 @@ from tangram_policy.types import (
     RunningAction,
     Snapshot,
     TenantQuota,
+    TypeLoad,
 )
 from tangram_policy.types import Node as PolicyNode
 
@@ -131,6 +133,43 @@ def _warm_used_at(held: Mapping[str, int]) -> dict[str, float]:
             "key", "used_at"
         )
     }
+
+
+def _type_loads(
+    decoded: _Decoded, pending: Sequence[PendingAction], now: datetime
+) -> dict[tuple[str, str], TypeLoad]:
+    """Per (tenant, type): what its placed actions hold of its primary kind and its
+    queued ones ask (at minimum units), and its mean held, brought up to ``now``
+    from ``ActionLoadStat`` (what the latest round saw it hold, held since)."""
+    #: (tenant, type) -> [kind, held, queued]
+    amounts: dict[tuple[str, str], list[Any]] = {}
+    placed = (
+        Action.objects.filter(state__in=PLACED_STATES)
+        .annotate(demand_text=_as_text("demand"))
+        .values_list("tenant_id", "type", "demand_text")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for tenant_id, type_, text, count in placed:
+        demand = decoded.get("demand", text) or {}
+        kind = primary_kind(demand)
+        entry = amounts.setdefault((str(tenant_id), type_), [kind, 0.0, 0.0])
+        entry[1] += float(demand.get(kind, 0.0)) * count
+    for action in pending:
+        kind = primary_kind(action.demand)
+        entry = amounts.setdefault((action.tenant, action.type), [kind, 0.0, 0.0])
+        entry[2] += action.demand.get(kind, 0.0)
+    loads: dict[tuple[str, str], TypeLoad] = {}
+    for tenant_id, type_, kind, held, mean_held, updated_at in ActionLoadStat.objects.values_list(
+        "tenant_id", "type", "kind", "held", "mean_held", "updated_at"
+    ):
+        key = (str(tenant_id), type_)
+        mean = decayed_mean(mean_held, held, (now - updated_at).total_seconds())
+        kind, held_now, queued = amounts.pop(key, (kind, 0.0, 0.0))
+        loads[key] = TypeLoad(kind, held_now, queued, mean)
+    for key, (kind, held_now, queued) in amounts.items():
+        loads[key] = TypeLoad(kind, held_now, queued, 0.0)
+    return loads
 
 
 def _queued_demands(decoded: _Decoded) -> dict[str, list[Resources]]:
@@ -386,6 +425,7 @@ def scheduling_snapshot() -> Snapshot:
         warm_used_at=_warm_used_at(warm_nodes)
         if any(a.setup_s > 0 and a.affinity for a in pending)
         else {},
+        type_loads=_type_loads(decoded, pending, now),
         capacity=capacity,
         resizable=tuple(held for held in resizable if held.node in listed),
         warm_nodes=warm_nodes,

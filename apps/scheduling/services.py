@@ -8,14 +8,20 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.actions.models import PLACED_STATES, Action, ActionEvent, ActionState
+from apps.actions.models import (
+    PLACED_STATES,
+    Action,
+    ActionEvent,
+    ActionLoadStat,
+    ActionState,
+)
 from apps.core import events
 from apps.inventory.models import WarmKeyUse
 from apps.inventory.services import (
@@ -27,12 +33,14 @@ from apps.inventory.services import (
 )
 from apps.scheduling.selectors import scheduling_snapshot, work_done_s
 from tangram_policy.registry import get_policy
-from tangram_policy.types import Elasticity, PendingAction, Placement, Resize
+from tangram_policy.types import EPSILON, Elasticity, PendingAction, Placement, Resize, Snapshot
 
 logger = logging.getLogger(__name__)
 
 #: Key of the Postgres advisory lock that makes one round run at a time.
 ROUND_LOCK_KEY = 0x7A6E6772616D
+#: A type's mean held below this, with nothing held or queued, is forgotten.
+LOAD_FORGOTTEN = 1e-3
 #: Placements written per UPDATE statement (7 parameters each: SQLite takes 32,766).
 WRITE_CHUNK = 1000
 #: SQLite (embedded mode, one process) has no advisory locks; a process lock stands in.
@@ -73,6 +81,7 @@ def _schedule_round() -> RoundReport:
     _resize(decision.resizes, now)
     assigned = _assign(decision.placements, now)
     _note_warm_keys_used(snapshot.pending, {str(a.pk) for a in assigned}, now)
+    _note_type_loads(snapshot)
     if assigned:
         ActionEvent.objects.bulk_create(
             ActionEvent(
@@ -115,6 +124,36 @@ def _note_warm_keys_used(pending: Sequence[PendingAction], placed: set[str], now
             unique_fields=["key"],
             update_fields=["used_at"],
         )
+
+
+def _note_type_loads(snapshot: Snapshot) -> None:
+    """Keep what each type held at this round's snapshot and its mean held then,
+    for the next round to average from; forget types that hold and had nothing."""
+    seen_at = datetime.fromtimestamp(snapshot.now, tz=UTC)
+    kept, gone = [], []
+    for (tenant_id, type_), load in snapshot.type_loads.items():
+        if load.held <= EPSILON and load.queued <= EPSILON and load.mean_held < LOAD_FORGOTTEN:
+            gone.append((tenant_id, type_))
+            continue
+        kept.append(
+            ActionLoadStat(
+                tenant_id=tenant_id,
+                type=type_,
+                kind=load.kind,
+                held=load.held,
+                mean_held=load.mean_held,
+                updated_at=seen_at,
+            )
+        )
+    if kept:
+        ActionLoadStat.objects.bulk_create(
+            kept,
+            update_conflicts=True,
+            unique_fields=["tenant", "type"],
+            update_fields=["kind", "held", "mean_held", "updated_at"],
+        )
+    for tenant_id, type_ in gone:
+        ActionLoadStat.objects.filter(tenant_id=tenant_id, type=type_).delete()
 
 
 def _resize(resizes: Sequence[Resize], now: datetime) -> None:

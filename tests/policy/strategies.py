@@ -14,6 +14,7 @@ from tangram_policy.types import (
     RunningAction,
     Snapshot,
     TenantQuota,
+    TypeLoad,
 )
 
 TENANTS = ("a", "b", "c")
@@ -175,6 +176,18 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         batch_stats={
             (tenant, "reward"): BatchStat(draw(st.integers(1, 50)), draw(st.floats(0.0, 1.0)))
             for tenant in TENANTS
+            if draw(st.booleans())
+        },
+        # What types held and asked lately, where known: room kept for short ones.
+        type_loads={
+            (tenant, kind): TypeLoad(
+                draw(st.sampled_from(("cpu", "gpu"))),
+                draw(st.floats(0.0, 8.0)),
+                draw(st.floats(0.0, 8.0)),
+                draw(st.floats(0.0, 16.0)),
+            )
+            for tenant in TENANTS
+            for kind in TYPES
             if draw(st.booleans())
         },
     )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tangram_policy.estimate import (
     COLD_START_PRIOR_S,
+    LOAD_WINDOW_S,
     batch_update,
+    decayed_mean,
     duration_at,
     expected_duration,
     expected_marginal,
@@ -93,3 +97,11 @@ def test_a_batch_is_measured_against_runs_seen_alone() -> None:
     assert observed_work("a", "score", stats, priors) == 2.0
     assert observed_work("c", "score", stats, priors) == pytest.approx(2.5)  # other tenants'
     assert observed_work("a", "judge", stats, priors) is None  # never seen: no prior
+
+
+def test_a_types_mean_load_moves_towards_what_it_held_over_the_window() -> None:
+    assert decayed_mean(4.0, 10.0, 0.0) == 4.0
+    assert decayed_mean(0.0, 10.0, LOAD_WINDOW_S) == pytest.approx(10.0 * (1 - math.exp(-1)))
+    # Two halves of a stretch at one load average as the whole stretch does.
+    half = decayed_mean(decayed_mean(4.0, 0.0, 50.0), 0.0, 50.0)
+    assert half == pytest.approx(decayed_mean(4.0, 0.0, 100.0))

@@ -23,6 +23,7 @@ from tangram_policy.types import (
     RunningAction,
     Snapshot,
     TenantQuota,
+    TypeLoad,
 )
 
 
@@ -321,6 +322,45 @@ def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
     cpu_job = replace(cpu_job, duration_hint_s=300.0)
     cpu_judge = replace(cpu_judge, duration_hint_s=3.0)
     assert placed([cpu_judge, cpu_job]) == ["job"]
+
+
+def test_long_jobs_leave_room_for_the_cores_a_short_type_held_lately() -> None:
+    """Its interpreter calls (1 s) held 5 cores on average lately and hold 1 now:
+    the tenant's 100 s jobs (over keep_ratio, 20, times as long) leave it 2 x 5 - 1
+    = 9 cores, within the pool (14 free) and the tenant's limit. A 10 s job
+    leaves none, nor does a job that has waited twice starvation_s, a job of
+    another tenant, or any job where no type's load is known; where nothing holds
+    cores, the first job goes whatever is kept (no round would follow to place it)."""
+    node = Node("n", {"cpu": 16.0}, frozenset({"python", "job"}))
+    running = [RunningAction("r", "t", "python", "n", {"cpu": 2.0}, 0.0)]
+    stats = {("t", "python"): DurationStat(50, 1.0), ("t", "job"): DurationStat(5, 100.0)}
+    loads = {("t", "python"): TypeLoad("cpu", held=1.0, queued=0.0, mean_held=5.0)}
+    jobs = [_action(f"j{i}", type="job", submitted_at=90.0) for i in range(8)]
+
+    def placed(
+        pending: list[PendingAction],
+        quotas: dict[str, TenantQuota] | None = None,
+        now: float = 100.0,
+        held: list[RunningAction] = running,
+        **config: float,
+    ) -> int:
+        snapshot = replace(
+            _snapshot([node], pending, held, quotas, stats, now=now), type_loads=loads
+        )
+        policy = TangramPolicy(TangramConfig(**config))  # type: ignore[arg-type]
+        return len(policy.decide(partial_view(snapshot)).placements)
+
+    assert placed(jobs) == 5  # 14 free: each takes one while 9 are left after it
+    assert placed(jobs, keep_share=0.0) == 8  # the rule off
+    limit = {"t": TenantQuota("t", guaranteed={}, limit={"cpu": 12.0})}
+    assert placed(jobs, limit) == 1  # 10 left in the limit: one job, and 9 stay
+    assert placed([replace(j, duration_hint_s=10.0) for j in jobs]) == 8
+    assert placed(jobs, now=690.0) == 8  # waited 600 s: nothing keeps room from it
+    assert placed(jobs, now=689.0) == 5
+    assert placed([replace(j, tenant="u") for j in jobs]) == 8
+    assert placed(jobs, held=[]) == 7  # 16 free: the first, then six more leave 9
+    loads = {}
+    assert placed(jobs) == 8
 
 
 def test_a_long_job_goes_ahead_of_fresh_short_calls_only_after_four_times_its_length() -> None:

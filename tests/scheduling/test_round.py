@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import uuid
 from datetime import timedelta
@@ -10,7 +11,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from apps.actions.models import Action, ActionEvent
+from apps.actions.models import Action, ActionEvent, ActionLoadStat
 from apps.actions.selectors import placed_usage
 from apps.actions.services import actions_submit
 from apps.inventory.models import WarmKeyUse
@@ -19,6 +20,7 @@ from apps.scheduling.selectors import scheduling_snapshot
 from apps.scheduling.services import WRITE_CHUNK, _assign, schedule_round
 from apps.tenants.services import quota_set
 from tangram_agent.protocol import RESIZE_PROTOCOL, scorer_warm_key
+from tangram_policy.estimate import LOAD_WINDOW_S
 from tangram_policy.registry import get_policy
 from tangram_policy.types import Placement
 from tests.factories import ActionFactory, NodeFactory, TenantFactory
@@ -305,6 +307,31 @@ def test_a_round_stamps_the_warm_keys_it_placed_as_used():
     assert used == {"image:a": action.assigned_at, "model:b": action.assigned_at}
 
 
+def test_a_round_hands_each_types_load_on_to_the_next():
+    """What a type holds and has queued reaches the policy with its mean held
+    lately, averaged from what the latest round saw it hold (``ActionLoadStat``),
+    and a type that holds, asks and held nothing lately is forgotten."""
+    NodeFactory(capacity={"cpu": 8, "memory": 100_000})
+    tenant = TenantFactory()
+    ActionFactory.create_batch(3, tenant=tenant, demand={"cpu": 2})
+    key = (str(tenant.id), "sleep")
+    first = scheduling_snapshot().type_loads[key]
+    assert (first.kind, first.held, first.queued, first.mean_held) == ("cpu", 0.0, 6.0, 0.0)
+    assert schedule_round().placed == 3
+    schedule_round()  # sees the 6 cores held
+    row = ActionLoadStat.objects.get(tenant=tenant, type="sleep")
+    assert (row.kind, row.held, row.mean_held) == ("cpu", 6.0, 0.0)
+    window_ago = row.updated_at - timedelta(seconds=LOAD_WINDOW_S)
+    ActionLoadStat.objects.filter(pk=row.pk).update(updated_at=window_ago)
+    later = scheduling_snapshot().type_loads[key]
+    assert (later.held, later.queued) == (6.0, 0.0)
+    assert later.mean_held == pytest.approx(6.0 * (1 - math.exp(-1)), rel=1e-3)
+    Action.objects.update(state="succeeded")
+    ActionLoadStat.objects.update(held=0.0, mean_held=0.0)
+    schedule_round()
+    assert not ActionLoadStat.objects.exists()
+
+
 def test_a_large_round_writes_every_placement_as_decided(settings):
     """More placements than one UPDATE writes: each lands with its node, allocation, units."""
     settings.TANGRAM_POLICY = "tangram"
@@ -386,8 +413,9 @@ def test_a_round_with_no_room_anywhere_does_not_read_the_queue(django_assert_max
     node = NodeFactory(capacity={"cpu": 1, "memory": 100})
     ActionFactory(state="running", node=node, allocation={"cpu": 1, "memory": 100})
     ActionFactory.create_batch(5, demand={"cpu": 1})
-    # Lock, nodes, usage, queued demands, grown elastic actions, ...: never the queue's rows.
-    with django_assert_max_num_queries(9):
+    # Lock, nodes, usage, queued demands, grown elastic actions, what each type
+    # holds (placed rows, grouped) and held lately (read, kept), ...: never the queue's rows.
+    with django_assert_max_num_queries(12):
         report = schedule_round()
     assert (report.pending, report.placed) == (0, 0)
     Action.objects.filter(state="running").update(state="succeeded")

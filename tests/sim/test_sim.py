@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tangram_policy.types import Decision, Placement, Snapshot
+from tangram_policy.types import Decision, Placement, Snapshot, TypeLoad
 from tangram_sim.sim import PolicyError, Simulation, simulate
 from tangram_sim.trace import read_trace, replay, write_trace
 from tangram_sim.workload import load_workload, workload_from_dict
@@ -490,6 +491,39 @@ def _hints(raw: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, f
     policy = _HintsSeen()
     result = Simulation(workload_from_dict(raw), policy, keep_records=True).run()
     return policy.hints, {record.id: record.base_s for record in result.records}
+
+
+class _LoadsSeen:
+    """fifo's decisions, noting each round's ``Snapshot.type_loads``."""
+
+    name = "loads-seen"
+
+    def __init__(self) -> None:
+        from tangram_policy.fifo import FifoPolicy
+
+        self.inner = FifoPolicy()
+        self.seen: list[tuple[float, Mapping[tuple[str, str], TypeLoad]]] = []
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        self.seen.append((snapshot.now, snapshot.type_loads))
+        return self.inner.decide(snapshot)
+
+
+def test_each_round_sees_what_a_type_holds_queues_and_held_lately() -> None:
+    """One trajectory's two 5 s runs of 2 cores: submitted at 10 (runs to 15) and 25.
+    Its mean held is an exponential average over LOAD_WINDOW_S (300 s) of the 2
+    cores held from 10 to 15 and none since."""
+    raw = _workload()
+    raw["pool"][0]["capacity"] = {"cpu": 2}
+    raw["tasks"][0]["actions"][0].update(setup_s=0, start_s=0, demand={"cpu": 2})
+    policy = _LoadsSeen()
+    Simulation(workload_from_dict(raw), policy).run()
+    assert [now for now, _ in policy.seen] == [10.0, 25.0]
+    first, second = (loads[("default", "t.run")] for _, loads in policy.seen)
+    assert (first.kind, first.held, first.queued, first.mean_held) == ("cpu", 0.0, 2.0, 0.0)
+    lately = 2.0 * (1.0 - math.exp(-5.0 / 300.0)) * math.exp(-10.0 / 300.0)
+    assert (second.held, second.queued) == (0.0, 2.0)
+    assert second.mean_held == pytest.approx(lately)
 
 
 def test_clients_hint_run_times_only_where_the_workload_says_so() -> None:
