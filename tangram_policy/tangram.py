@@ -37,7 +37,13 @@ One round, from a snapshot, in five passes:
    its tenant's guarantee of such a kind stops (its own tenant's actions
    fill it) and that finds no room holds it so in the guarantee pass
    already: else its tenant's longer entries, within the guarantee as they
-   need less, take each unit that frees first.
+   need less, take each unit that frees first. Cores, which nobody takes
+   back below an action's minimum, are kept for short work that is away:
+   a tenant's actions expected to run more than ``keep_ratio`` times as
+   long as one of its types leave, within its limit and the pool,
+   ``keep_share`` times the cores that type held lately
+   (``Snapshot.type_loads``) less what it holds and asks now, so that a
+   task between steps finds its room when it comes back.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
    keys, a cold node with a free slot for the action's keys (rather than
@@ -804,9 +810,11 @@ class _Round:
         tenant's 32 offline jobs of 177 s, placed while its interpreter task
         was between steps, took 64 of its 72 cores for the next step's 1 s
         calls). So the entry takes room only while the tenant, within its
-        limit and the pool, keeps twice that type's recent mean. Where nothing
-        holds the kind, nothing would end and bring a round back: no room is
-        kept.
+        limit and the pool, keeps what ``TangramPolicy._kept`` worked out for
+        such types: ``keep_share`` times what each held lately, less what it
+        holds and asks now (twice, since a step's bursts ask more than its
+        mean). Where nothing holds the kind, nothing would end and bring a
+        round back: no room is kept.
         """
         demand = cls.demand
         needed: dict[str, float] = {}
