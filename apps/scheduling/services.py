@@ -128,7 +128,8 @@ def _note_warm_keys_used(pending: Sequence[PendingAction], placed: set[str], now
 
 def _note_type_loads(snapshot: Snapshot) -> None:
     """Keep what each type held at this round's snapshot and its mean held then,
-    for the next round to average from; forget types that hold and had nothing."""
+    for the next round to average from; forget a type that holds and asks nothing
+    and held next to nothing lately."""
     seen_at = datetime.fromtimestamp(snapshot.now, tz=UTC)
     kept, gone = [], []
     for (tenant_id, type_), load in snapshot.type_loads.items():
