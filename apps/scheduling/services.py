@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import reduce
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.actions.models import (
@@ -153,8 +156,10 @@ def _note_type_loads(snapshot: Snapshot) -> None:
             unique_fields=["tenant", "type"],
             update_fields=["kind", "held", "mean_held", "updated_at"],
         )
-    for tenant_id, type_ in gone:
-        ActionLoadStat.objects.filter(tenant_id=tenant_id, type=type_).delete()
+    if gone:
+        ActionLoadStat.objects.filter(
+            reduce(operator.or_, (Q(tenant_id=tenant_id, type=type_) for tenant_id, type_ in gone))
+        ).delete()
 
 
 def _resize(resizes: Sequence[Resize], now: datetime) -> None:
