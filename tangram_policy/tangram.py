@@ -52,7 +52,8 @@ One round, from a snapshot, in five passes:
    (``Node.setting_up``) gets no more actions of them: they would hold their
    units idle until the setup ends. They set the keys up on another node
    with a free slot (a second copy, where that leaves a slot for every key
-   nobody holds) or wait, a guaranteed one keeping its room for the round;
+   nobody holds) or wait, a guaranteed one keeping its room for the round
+   (its tenant's work that needs no setup and ends within it runs there);
    multi-GPU actions inside one interconnect group;
    while nobody waits for its unit kind, an elastic action goes instead to
    the fitting node with the most room, since its extra units must come from
@@ -642,6 +643,9 @@ class _Round:
         self.setup_only: set[int] = set()
         #: Per tenant, room kept for its short types (``TangramPolicy._kept``).
         self.kept: dict[str, list[tuple[str, float, float]]] = {}
+        #: Per tenant, room its guaranteed entries keep on nodes still setting
+        #: their keys up (``_hold_for_setup``): node, what is kept, that setup's length.
+        self.setup_holds: dict[str, list[tuple[str, Resources, float]]] = {}
 
     def _blocked(self, cls: _Class, borrower: bool) -> bool:
         """Whether a reservation keeps ``cls`` from the kinds it needs this round.
@@ -759,6 +763,13 @@ class _Round:
                     self.setup_only.add(cls.shape)
                     # Best fit found it already; the roomiest search found some node.
                     return self._hold_for_setup(cls, guaranteed, None if roomiest else there)
+            if (
+                found is None
+                and cls.tenant in self.setup_holds
+                and not (avoiding or cls.gpus_needed)
+                and self._backfill(cls, entry[2])
+            ):
+                found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -843,7 +854,8 @@ class _Round:
         there: tuple[int, str, tuple[str, ...]] | None = None,
     ) -> bool:
         """The class's head waits for a setup under way; a guaranteed one keeps the
-        room it would take there for the round (True), a borrowing one takes none.
+        room it would take there for the round (True; its tenant's work that ends
+        sooner may run in it: ``_backfill``), a borrowing one takes none.
         ``there``: the best fit in ``cls.anywhere``, where the caller has it."""
         if not guaranteed or self.lending:
             return False
@@ -858,7 +870,35 @@ class _Round:
         position, node_id, gpus = there
         pool.charge(cls.tenant, node_id, cls.plan, gpus, index, position)
         cls.position += 1
+        head = cls.entries[cls.position - 1][3]
+        self.setup_holds.setdefault(cls.tenant, []).append((node_id, cls.demand, head.setup_s))
         return True
+
+    def _backfill(self, cls: _Class, work_s: float) -> bool:
+        """Give back what an entry of ``cls`` needs of the room its tenant keeps on a node
+        still setting up (``_hold_for_setup``), where the entry would end, as
+        expected, within that setup's length: room kept idle through a setup
+        runs the tenant's other work meanwhile (unseen-61-12: an interpreter
+        task's 45 s image pull kept every core of the tenant's 5 s agent runs).
+        """
+        holds = self.setup_holds[cls.tenant]
+        pool = self.pool
+        for at in range(len(holds) - 1, -1, -1):
+            node_id, kept, setup_s = holds[at]
+            if work_s > setup_s or cls.type not in pool.nodes[node_id].executors:
+                continue
+            free = pool.free.get(node_id, _NO_USAGE)
+            if any(free.get(kind, 0.0) + kept.get(kind, 0.0) < need for kind, need in cls.needs):
+                continue
+            given = {kind: min(amount, cls.demand.get(kind, 0.0)) for kind, amount in kept.items()}
+            left = {kind: amount - given[kind] for kind, amount in kept.items()}
+            if any(amount > EPSILON for amount in left.values()):
+                holds[at] = (node_id, left, setup_s)
+            else:
+                del holds[at]
+            pool.charge(cls.tenant, node_id, pool.plan({k: -v for k, v in given.items()}))
+            return True
+        return False
 
     def _waits(self, head: PendingAction, waited_s: float, warm_listed: bool, node_id: str) -> bool:
         """Whether ``head``, with room only where setting its keys up evicts others

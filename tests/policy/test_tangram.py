@@ -269,6 +269,34 @@ def test_a_node_still_setting_a_key_up_gets_no_more_of_its_actions() -> None:
     assert [p.node_id for p in blind.placements] == ["n"]
 
 
+def test_room_kept_through_a_setup_runs_its_tenants_work_that_ends_sooner() -> None:
+    """Four calls wait for their image's 45 s pull on the only node and keep its four
+    cores for their tenant (guaranteed eight). A 5 s action of the same tenant that needs no image
+    runs there meanwhile (it ends long before the pull does); a 100 s one would
+    still hold the core when the calls can start, so it waits."""
+    node = Node(
+        "n",
+        {"cpu": 4.0},
+        frozenset({"python", "run", "job"}),
+        warm=frozenset({"image:x"}),
+        warm_slots=2,
+        setting_up=frozenset({"image:x"}),
+    )
+    image = {"affinity": frozenset({"image:x"}), "setup_s": 45.0}
+    calls = [_action(f"call{i}", **image) for i in range(4)]  # type: ignore[arg-type]
+    run = _action("run", type="run", submitted_at=1.0)
+    job = _action("job", type="job", submitted_at=1.0)
+    quotas = {"t": TenantQuota("t", guaranteed={"cpu": 8.0}, limit={"cpu": 8.0})}
+    stats = {
+        ("t", "python"): DurationStat(5, 1.0),
+        ("t", "run"): DurationStat(5, 5.0),
+        ("t", "job"): DurationStat(5, 100.0),
+    }
+    snapshot = _snapshot([node], [*calls, run, job], quotas=quotas, stats=stats)
+    placed = get_policy("tangram").decide(snapshot).placements
+    assert [(p.action_id, p.node_id) for p in placed] == [("run", "n")]
+
+
 def test_a_starving_action_its_tenants_limit_stops_keeps_the_units_from_its_tenant() -> None:
     """A 2-GPU call over its tenant's 8-GPU limit (7 held) while 1-GPU jobs of the same
     tenant, about as short, wait: each GPU that frees would go to a job, and the call
