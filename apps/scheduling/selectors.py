@@ -135,6 +135,47 @@ def _warm_used_at(held: Mapping[str, int]) -> dict[str, float]:
     }
 
 
+def _setting_up() -> dict[str, set[str]]:
+    """Per node id, the keys its placed actions told of a setup (``setup_hint_s``)
+    are setting up: an agent reports a key only once it is ready, so until then
+    the node holds it only by what runs there."""
+    keys: dict[str, set[str]] = {}
+    rows = (
+        Action.objects.filter(state__in=PLACED_STATES, setup_hint_s__gt=0)
+        .exclude(affinity=[])
+        .values_list("node_id", "affinity")
+        .order_by()
+        .distinct()
+    )
+    for node_id, affinity in rows:
+        if node_id is not None:
+            keys.setdefault(str(node_id), set()).update(affinity)
+    return keys
+
+
+def _with_setups(
+    nodes: list[PolicyNode],
+    reported: Mapping[str, frozenset[str]],
+    warm_nodes: dict[str, int],
+) -> list[PolicyNode]:
+    """``nodes`` with the keys they are still setting up (``Node.setting_up``, among
+    their warm keys, as the simulator has them), and those keys counted in
+    ``warm_nodes`` for every online node setting them up, listed or not.
+    ``reported``: the warm keys each online node's agent reported."""
+    starting: dict[str, frozenset[str]] = {}
+    for node_id, keys in _setting_up().items():
+        if node_id in reported and (new := frozenset(keys) - reported[node_id]):
+            starting[node_id] = new
+            for key in new:
+                warm_nodes[key] = warm_nodes.get(key, 0) + 1
+    return [
+        replace(node, warm=node.warm | starting[node.id], setting_up=starting[node.id])
+        if node.id in starting
+        else node
+        for node in nodes
+    ]
+
+
 def _type_loads(
     decoded: _Decoded, pending: Sequence[PendingAction], now: datetime
 ) -> dict[tuple[str, str], TypeLoad]:
@@ -371,12 +412,14 @@ def scheduling_snapshot() -> Snapshot:
     gpu_groups: dict[str, list[list[str]]] = {}
     #: Per warm key, the online nodes that hold it, listed or not (full ones).
     warm_nodes: dict[str, int] = {}
+    reported: dict[str, frozenset[str]] = {}
     for node_id, node_capacity, executors, warm, warm_slots, groups in (
         Node.objects.filter(state=Node.State.ONLINE)
         .order_by("name")
         .values_list("id", "capacity", "executors", "warm", "warm_slots", "gpu_groups")
     ):
         add_resources(capacity, node_capacity)
+        reported[str(node_id)] = frozenset(warm)
         for key in warm:
             warm_nodes[key] = warm_nodes.get(key, 0) + 1
         room = placed.free_on(node_id, node_capacity)
@@ -413,6 +456,8 @@ def scheduling_snapshot() -> Snapshot:
     )
     listed = {node.id for node in useful}
     pending = _pending(decoded) if useful and demands else ()
+    if any(a.setup_s > 0 and a.affinity for a in pending):
+        useful = _with_setups(useful, reported, warm_nodes)
     return Snapshot(
         now=now.timestamp(),
         nodes=tuple(_free_gpu_groups(useful, gpu_groups)),

@@ -298,6 +298,30 @@ def test_a_long_wait_evicts_a_key_nobody_has_used_lately(settings, other_used_s_
     assert schedule_round().placed == placed
 
 
+def test_a_node_setting_a_key_up_for_a_placed_action_gets_no_more_of_its_actions(settings):
+    """An action told of its 30 s setup runs on the tighter node, whose agent has not
+    reported the key yet: the node is setting it up, so the next action of that key
+    sets it up where a slot is free rather than wait there on its core, and once the
+    agent reports the key the node is warm for it."""
+    settings.TANGRAM_POLICY = "tangram"
+    loading = NodeFactory(name="loading", capacity={"cpu": 3, "memory": 8192}, warm_slots=2)
+    NodeFactory(name="spare", capacity={"cpu": 4, "memory": 8192}, warm_slots=2)
+    hinted = {"affinity": ["m:x"], "setup_hint_s": 30.0}
+    ActionFactory(state="running", node=loading, allocation={"cpu": 1}, **hinted)
+    ActionFactory(demand={"cpu": 1}, **hinted)
+    (node,) = scheduling_snapshot().nodes[:1]
+    assert (node.id, node.warm, node.setting_up) == (str(loading.pk), {"m:x"}, {"m:x"})
+    assert scheduling_snapshot().warm_nodes == {"m:x": 1}
+    assert schedule_round().placed == 1
+    assert Action.objects.get(state="assigned").node.name == "spare"
+    Action.objects.filter(state="assigned").update(state="succeeded")
+    loading.warm = ["m:x"]
+    loading.save(update_fields=["warm"])
+    ActionFactory(demand={"cpu": 1}, **hinted)
+    assert schedule_round().placed == 1
+    assert Action.objects.get(state="assigned").node.name == "loading"
+
+
 def test_a_round_stamps_the_warm_keys_it_placed_as_used():
     NodeFactory()
     action = ActionFactory(demand={"cpu": 1}, affinity=["image:a", "model:b"])
