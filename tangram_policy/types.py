@@ -136,8 +136,8 @@ class Node:
     warm_slots: int = 0
     #: Keys of ``warm`` still being set up (an image pull or a model load under
     #: way): an action placed here now would hold its units idle until that ends.
-    #: The simulator knows; live, a key an action placed there was told to set up
-    #: (``setup_hint_s``), until the node's agent reports it ready.
+    #: The simulator knows; live, a key an action placed there was told to set up,
+    #: for its ``setup_hint_s`` from the placement, unless the agent reports it ready.
     setting_up: frozenset[str] = frozenset()
 
 

@@ -17,10 +17,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, TextField, Window
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    TextField,
+    Value,
+    Window,
+)
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
@@ -135,14 +143,22 @@ def _warm_used_at(held: Mapping[str, int]) -> dict[str, float]:
     }
 
 
-def _setting_up() -> dict[str, set[str]]:
+def _setting_up(now: datetime) -> dict[str, set[str]]:
     """Per node id, the keys its placed actions told of a setup (``setup_hint_s``)
     are setting up: an agent reports a key only once it is ready, so until then
-    the node holds it only by what runs there."""
+    the node holds it only by what runs there. A setup counts until its hint has
+    passed since the placement, as in the simulator: a key its agent never
+    reports (only resident scorers' are) would otherwise keep the node setting
+    it up for as long as one of its actions runs there."""
     keys: dict[str, set[str]] = {}
+    ready_at = F("assigned_at") + ExpressionWrapper(
+        F("setup_hint_s") * Value(timedelta(seconds=1)), output_field=DurationField()
+    )
     rows = (
         Action.objects.filter(state__in=PLACED_STATES, setup_hint_s__gt=0)
         .exclude(affinity=[])
+        .alias(ready_at=ready_at)
+        .filter(ready_at__gt=now)
         .values_list("node_id", "affinity")
         .order_by()
         .distinct()
@@ -157,13 +173,14 @@ def _with_setups(
     nodes: list[PolicyNode],
     reported: Mapping[str, frozenset[str]],
     warm_nodes: dict[str, int],
+    now: datetime,
 ) -> list[PolicyNode]:
     """``nodes`` with the keys they are still setting up (``Node.setting_up``, among
     their warm keys, as the simulator has them), and those keys counted in
     ``warm_nodes`` for every online node setting them up, listed or not.
     ``reported``: the warm keys each online node's agent reported."""
     starting: dict[str, frozenset[str]] = {}
-    for node_id, keys in _setting_up().items():
+    for node_id, keys in _setting_up(now).items():
         if node_id in reported and (new := frozenset(keys) - reported[node_id]):
             starting[node_id] = new
             for key in new:
@@ -457,7 +474,7 @@ def scheduling_snapshot() -> Snapshot:
     listed = {node.id for node in useful}
     pending = _pending(decoded) if useful and demands else ()
     if any(a.setup_s > 0 and a.affinity for a in pending):
-        useful = _with_setups(useful, reported, warm_nodes)
+        useful = _with_setups(useful, reported, warm_nodes, now)
     return Snapshot(
         now=now.timestamp(),
         nodes=tuple(_free_gpu_groups(useful, gpu_groups)),

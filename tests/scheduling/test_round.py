@@ -299,19 +299,26 @@ def test_a_long_wait_evicts_a_key_nobody_has_used_lately(settings, other_used_s_
 
 
 def test_a_node_setting_a_key_up_for_a_placed_action_gets_no_more_of_its_actions(settings):
-    """An action told of its 30 s setup runs on the tighter node, whose agent has not
-    reported the key yet: the node is setting it up, so the next action of that key
-    sets it up where a slot is free rather than wait there on its core, and once the
-    agent reports the key the node is warm for it."""
+    """An action told of its 30 s setup was placed 10 s ago on the tighter node, whose
+    agent has not reported the key yet: the node is setting it up, so the next
+    action of that key sets it up where a slot is free rather than wait there on
+    its core. Once the setup's 30 s have passed, or the agent reports the key, the
+    node is no longer setting it up."""
     settings.TANGRAM_POLICY = "tangram"
     loading = NodeFactory(name="loading", capacity={"cpu": 3, "memory": 8192}, warm_slots=2)
     NodeFactory(name="spare", capacity={"cpu": 4, "memory": 8192}, warm_slots=2)
     hinted = {"affinity": ["m:x"], "setup_hint_s": 30.0}
-    ActionFactory(state="running", node=loading, allocation={"cpu": 1}, **hinted)
+    placed_at = timezone.now() - timedelta(seconds=10)
+    running = ActionFactory(
+        state="running", node=loading, allocation={"cpu": 1}, assigned_at=placed_at, **hinted
+    )
     ActionFactory(demand={"cpu": 1}, **hinted)
     (node,) = scheduling_snapshot().nodes[:1]
     assert (node.id, node.warm, node.setting_up) == (str(loading.pk), {"m:x"}, {"m:x"})
     assert scheduling_snapshot().warm_nodes == {"m:x": 1}
+    Action.objects.filter(pk=running.pk).update(assigned_at=placed_at - timedelta(seconds=25))
+    assert not scheduling_snapshot().nodes[0].setting_up  # its 30 s have passed
+    Action.objects.filter(pk=running.pk).update(assigned_at=placed_at)
     assert schedule_round().placed == 1
     assert Action.objects.get(state="assigned").node.name == "spare"
     Action.objects.filter(state="assigned").update(state="succeeded")
