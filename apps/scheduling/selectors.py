@@ -20,15 +20,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import (
-    Count,
-    DurationField,
-    ExpressionWrapper,
-    F,
-    TextField,
-    Value,
-    Window,
-)
+from django.db.models import Count, F, Max, TextField, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
@@ -150,21 +142,18 @@ def _setting_up(now: datetime) -> dict[str, set[str]]:
     passed since the placement, as in the simulator: a key its agent never
     reports (only resident scorers' are) would otherwise keep the node setting
     it up for as long as one of its actions runs there."""
+    hinted = Action.objects.filter(state__in=PLACED_STATES, setup_hint_s__gt=0).exclude(affinity=[])
+    longest = hinted.aggregate(longest=Max("setup_hint_s"))["longest"]
     keys: dict[str, set[str]] = {}
-    ready_at = F("assigned_at") + ExpressionWrapper(
-        F("setup_hint_s") * Value(timedelta(seconds=1)), output_field=DurationField()
-    )
+    if longest is None:
+        return keys
     rows = (
-        Action.objects.filter(state__in=PLACED_STATES, setup_hint_s__gt=0)
-        .exclude(affinity=[])
-        .alias(ready_at=ready_at)
-        .filter(ready_at__gt=now)
-        .values_list("node_id", "affinity")
+        hinted.filter(assigned_at__gt=now - timedelta(seconds=longest))
+        .values_list("node_id", "affinity", "assigned_at", "setup_hint_s")
         .order_by()
-        .distinct()
     )
-    for node_id, affinity in rows:
-        if node_id is not None:
+    for node_id, affinity, assigned_at, setup_s in rows:
+        if node_id is not None and assigned_at + timedelta(seconds=setup_s) > now:
             keys.setdefault(str(node_id), set()).update(affinity)
     return keys
 
