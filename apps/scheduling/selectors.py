@@ -565,5 +565,6 @@ def _waiting_reason(
     return (
         "room is free now: the next scheduling round places it, unless actions ahead of it "
         "(shorter expected work, higher priority, waiting longer) or room kept for another "
-        "tenant's guarantee come first"
+        "tenant's guarantee come first, or it waits for a setup of its affinity keys under way "
+        "on a node (setup_hint_s)"
     )
