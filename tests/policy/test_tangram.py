@@ -271,9 +271,9 @@ def test_a_node_still_setting_a_key_up_gets_no_more_of_its_actions() -> None:
 
 def test_room_kept_through_a_setup_runs_its_tenants_work_that_ends_sooner() -> None:
     """Four calls wait for their image's 45 s pull on the only node and keep its four
-    cores for their tenant (guaranteed eight). A 5 s action of the same tenant that needs no image
-    runs there meanwhile (it ends long before the pull does); a 100 s one would
-    still hold the core when the calls can start, so it waits."""
+    cores for their tenant (guaranteed eight). A 5 s action of the same tenant that
+    needs no image runs there meanwhile (it ends long before the pull does); a 100 s
+    one would still hold the core when the calls can start, so it waits."""
     node = Node(
         "n",
         {"cpu": 4.0},
@@ -283,7 +283,7 @@ def test_room_kept_through_a_setup_runs_its_tenants_work_that_ends_sooner() -> N
         setting_up=frozenset({"image:x"}),
     )
     image = {"affinity": frozenset({"image:x"}), "setup_s": 45.0}
-    calls = [_action(f"call{i}", **image) for i in range(4)]  # type: ignore[arg-type]
+    calls = [_action(f"call{i}", **image) for i in range(4)]
     run = _action("run", type="run", submitted_at=1.0)
     job = _action("job", type="job", submitted_at=1.0)
     quotas = {"t": TenantQuota("t", guaranteed={"cpu": 8.0}, limit={"cpu": 8.0})}
