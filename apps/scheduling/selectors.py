@@ -135,48 +135,39 @@ def _warm_used_at(held: Mapping[str, int]) -> dict[str, float]:
     }
 
 
-def _setting_up(now: datetime) -> dict[str, set[str]]:
-    """Per node id, the keys its placed actions told of a setup (``setup_hint_s``)
-    are setting up: an agent reports a key only once it is ready, so until then
-    the node holds it only by what runs there. A setup counts until its hint has
-    passed since the placement, as in the simulator: a key its agent never
-    reports (only resident scorers' are) would otherwise keep the node setting
-    it up for as long as one of its actions runs there."""
-    hinted = Action.objects.filter(state__in=PLACED_STATES, setup_hint_s__gt=0).exclude(affinity=[])
-    longest = hinted.aggregate(longest=Max("setup_hint_s"))["longest"]
-    keys: dict[str, set[str]] = {}
-    if longest is None:
-        return keys
-    rows = (
-        hinted.filter(assigned_at__gt=now - timedelta(seconds=longest))
-        .values_list("node_id", "affinity", "assigned_at", "setup_hint_s")
-        .order_by()
-    )
-    for node_id, affinity, assigned_at, setup_s in rows:
-        if node_id is not None and assigned_at + timedelta(seconds=setup_s) > now:
-            keys.setdefault(str(node_id), set()).update(affinity)
-    return keys
-
-
 def _with_setups(
-    nodes: list[PolicyNode],
-    reported: Mapping[str, frozenset[str]],
-    warm_nodes: dict[str, int],
-    now: datetime,
+    nodes: list[PolicyNode], warm_nodes: dict[str, int], now: datetime
 ) -> list[PolicyNode]:
     """``nodes`` with the keys they are still setting up (``Node.setting_up``, among
     their warm keys, as the simulator has them), and those keys counted in
     ``warm_nodes`` for every online node setting them up, listed or not.
-    ``reported``: the warm keys each online node's agent reported."""
-    starting: dict[str, frozenset[str]] = {}
-    for node_id, keys in _setting_up(now).items():
-        if node_id in reported and (new := frozenset(keys) - reported[node_id]):
-            starting[node_id] = new
-            for key in new:
+
+    A key is setting up on a node for the ``setup_hint_s`` of an action placed
+    there with it, from its placement, unless the node's agent has reported it
+    (an agent reports a key only once it is ready). The hint bounds it, as in
+    the simulator: a key no agent reports (only resident scorers' are) would
+    otherwise count as setting up for as long as one of its actions runs there.
+    """
+    hinted = Action.objects.filter(
+        state__in=PLACED_STATES, setup_hint_s__gt=0, node__state=Node.State.ONLINE
+    ).exclude(affinity=[])
+    longest = hinted.aggregate(longest=Max("setup_hint_s"))["longest"]
+    if longest is None:
+        return nodes
+    starting: dict[str, set[str]] = {}
+    for node_id, reported, affinity, assigned_at, setup_s in (
+        hinted.filter(assigned_at__gt=now - timedelta(seconds=longest))
+        .values_list("node_id", "node__warm", "affinity", "assigned_at", "setup_hint_s")
+        .order_by()
+    ):
+        if assigned_at + timedelta(seconds=setup_s) > now:
+            keys = starting.setdefault(str(node_id), set())
+            for key in set(affinity) - set(reported) - keys:
+                keys.add(key)
                 warm_nodes[key] = warm_nodes.get(key, 0) + 1
     return [
-        replace(node, warm=node.warm | starting[node.id], setting_up=starting[node.id])
-        if node.id in starting
+        replace(node, warm=node.warm | starting[node.id], setting_up=frozenset(starting[node.id]))
+        if starting.get(node.id)
         else node
         for node in nodes
     ]
@@ -418,14 +409,12 @@ def scheduling_snapshot() -> Snapshot:
     gpu_groups: dict[str, list[list[str]]] = {}
     #: Per warm key, the online nodes that hold it, listed or not (full ones).
     warm_nodes: dict[str, int] = {}
-    reported: dict[str, frozenset[str]] = {}
     for node_id, node_capacity, executors, warm, warm_slots, groups in (
         Node.objects.filter(state=Node.State.ONLINE)
         .order_by("name")
         .values_list("id", "capacity", "executors", "warm", "warm_slots", "gpu_groups")
     ):
         add_resources(capacity, node_capacity)
-        reported[str(node_id)] = frozenset(warm)
         for key in warm:
             warm_nodes[key] = warm_nodes.get(key, 0) + 1
         room = placed.free_on(node_id, node_capacity)
@@ -463,7 +452,7 @@ def scheduling_snapshot() -> Snapshot:
     listed = {node.id for node in useful}
     pending = _pending(decoded) if useful and demands else ()
     if any(a.setup_s > 0 and a.affinity for a in pending):
-        useful = _with_setups(useful, reported, warm_nodes, now)
+        useful = _with_setups(useful, warm_nodes, now)
     return Snapshot(
         now=now.timestamp(),
         nodes=tuple(_free_gpu_groups(useful, gpu_groups)),
