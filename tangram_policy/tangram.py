@@ -869,9 +869,9 @@ class _Round:
             return False
         position, node_id, gpus = there
         pool.charge(cls.tenant, node_id, cls.plan, gpus, index, position)
+        setup_s = cls.entries[cls.position][3].setup_s
+        self.setup_holds.setdefault(cls.tenant, []).append((node_id, cls.demand, setup_s))
         cls.position += 1
-        head = cls.entries[cls.position - 1][3]
-        self.setup_holds.setdefault(cls.tenant, []).append((node_id, cls.demand, head.setup_s))
         return True
 
     def _backfill(self, cls: _Class, work_s: float) -> bool:
