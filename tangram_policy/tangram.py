@@ -629,8 +629,11 @@ class _Round:
         #: class works its bounds out again only then (``_see_holds``), not at each
         #: placement.
         self.holds = 0
-        #: Kinds some action found no room of: extra elastic units leave them.
+        #: Kinds some action found no room of: extra elastic units leave them,
+        #: but for lent units on a node where none of those actions fits in
+        #: its other kinds (``_wanted_on``); the classes short of each kind.
         self.contended: set[str] = set()
+        self.short_of: dict[str, list[_Class]] = {}
         self.elastic = config.elastic  # read once per placement
         self.resizes: list[Resize] = []
         #: (tenant, kind) a borrower found its tenant's limit of.
@@ -774,6 +777,7 @@ class _Round:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
                 self.contended.add(kind)
+                self.short_of.setdefault(kind, []).append(cls)
                 if self.now - entry[4] >= self.config.starvation_s:
                     _reserve(self.reserved_all, kind, cls.offering)
                 elif guaranteed:
@@ -1015,6 +1019,7 @@ class _Round:
         self.setup_only.clear()
         self.contended -= lent_kinds
         for kind in lent_kinds:
+            self.short_of.pop(kind, None)
             self.reserved_all.pop(kind, None)
             self.reserved_from_borrowers.pop(kind, None)
         self.lending = True  # units are taken back only for what is placed
@@ -1308,9 +1313,17 @@ class _Round:
         config = self.config
         budget: dict[str, float] = {}
         threshold: dict[str, float] = {}
+        #: Contended kinds whose units are lent: they grow only where no
+        #: action short of them fits in its other kinds (``_wanted_on``).
+        waited: set[str] = set()
+        wanted: dict[tuple[str, str], bool] = {}
         for kind, total in pool.total.items():
-            if total <= 0 or kind in self.contended or kind in self.reserved_all:
+            if total <= 0 or kind in self.reserved_all:
                 continue
+            if kind in self.contended:
+                if not self._lent(kind):
+                    continue
+                waited.add(kind)
             kept_free = 0.0 if self._lent(kind) else config.headroom * total
             budget[kind] = pool.unused(kind) - kept_free
             threshold[kind] = self._threshold(kind)
@@ -1374,6 +1387,12 @@ class _Round:
             node_id = out[at].node_id if at >= 0 else running[-1 - at].node
             if pool.free[node_id].get(kind, 0.0) + 1e-9 < unit:
                 continue
+            if kind in waited:
+                known = wanted.get((node_id, kind))
+                if known is None:
+                    known = wanted[(node_id, kind)] = self._wanted_on(node_id, kind)
+                if known:
+                    continue
             tenant = group.tenant
             one = {kind: unit}
             limit = caps.get((tenant, kind, unit))
@@ -1434,6 +1453,25 @@ class _Round:
             out[at] = _placement(
                 placement.action_id, placement.node_id, allocation, state.units, None, state.gpus
             )
+
+    def _wanted_on(self, node_id: str, kind: str) -> bool:
+        """Whether an action that found no room of ``kind`` runs on the node and
+        fits there in every other kind it needs: only then would extra units
+        of ``kind`` there stand between it and a start.
+
+        Elsewhere, what it lacks is some other kind (memory, say): cores lent
+        to running actions there take nothing from it, and they are taken
+        back once that kind frees (bursty on a quarter of its pool: eight
+        shards filled the node's memory, and the chat calls waiting for memory
+        kept the other eight cores from them for minutes).
+        """
+        free = self.pool.free[node_id]
+        executors = self.pool.nodes[node_id].executors
+        return any(
+            cls.type in executors
+            and all(amount <= free.get(k, 0.0) + EPSILON for k, amount in cls.needs if k != kind)
+            for cls in self.short_of.get(kind, ())
+        )
 
     def _lent(self, kind: str) -> bool:
         """Whether extra units of ``kind`` are lent: taken back as soon as others wait."""

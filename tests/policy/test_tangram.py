@@ -643,6 +643,23 @@ def test_a_running_elastic_action_grows_into_an_idle_pool_and_not_when_others_wa
     assert get_policy("tangram").decide(replace(idle, resizable=(_running_at(8, 8),))) == Decision()
 
 
+def test_cores_grow_beside_an_action_that_waits_for_memory_not_for_cores() -> None:
+    """The running action holds 60 of the node's 64 GiB: a queued call that
+    needs 8 GiB waits for memory, so the seven idle cores go to the running
+    action (lent: taken back once memory frees for the call); one that needs
+    more cores than are free keeps them idle for itself."""
+    allocation = {"cpu": 1.0, "memory": 61440.0}
+    held = Resizable("e", "t", "n", allocation, 1, Elasticity(1, 8, 0.9), "python", 40.0)
+    running = [RunningAction("e", "t", "python", "n", allocation, 0.0)]
+    node = Node("n", {"cpu": 8.0, "memory": 65536.0}, CPU)
+    for_memory = _action("w", demand={"cpu": 1.0, "memory": 8192.0}, duration_hint_s=5.0)
+    snapshot = replace(_snapshot([node], [for_memory], running), resizable=(held,))
+    (resize,) = get_policy("tangram").decide(snapshot).resizes
+    assert resize.units == 8 and resize.allocation == {"cpu": 8.0, "memory": 61440.0}
+    for_cores = _action("w", demand={"cpu": 8.0, "memory": 1024.0}, duration_hint_s=5.0)
+    assert get_policy("tangram").decide(replace(snapshot, pending=(for_cores,))) == Decision()
+
+
 def test_the_running_action_with_the_most_work_left_grows_first() -> None:
     """40 s expected (the hint): one 20 s into its run has 20 s left; one 400 s
     into it is expected to run at least as long again, so it takes the free cores."""
