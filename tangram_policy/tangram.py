@@ -60,9 +60,9 @@ One round, from a snapshot, in five passes:
    its own node. Then the room left over goes, by largest expected seconds
    saved (Amdahl), to extra units of placed elastic actions and of running
    ones whose units can change (cores: ``Decision.resizes`` grows them), but
-   only for kinds nobody is waiting on (for cores, which come back when
-   needed: not where a waiting action would fit but for them; one that waits
-   for memory does not keep a node's cores idle), keeping a headroom, and only while
+   only for kinds nobody is waiting on (cores, which come back when needed,
+   grow on any node where no waiting action would fit but for cores: one
+   that waits for memory keeps no cores idle), keeping a headroom, and only while
    each unit cuts enough of the action's time for the current load (EARL's
    rule: ``min_gain x load / (1 - load)``). The headroom is for
    arrivals, so it does not apply to units the round takes back when others
