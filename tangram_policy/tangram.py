@@ -631,11 +631,10 @@ class _Round:
         #: class works its bounds out again only then (``_see_holds``), not at each
         #: placement.
         self.holds = 0
-        #: Kinds some action found no room of: extra elastic units leave them,
-        #: but for lent units on a node where none of those actions fits in
-        #: its other kinds (``_wanted_on``); the classes short of each kind.
-        self.contended: set[str] = set()
-        self.short_of: dict[str, list[_Class]] = {}
+        #: Kinds some action found no room of, with the classes short of each:
+        #: extra elastic units leave them, but for lent units on a node where
+        #: none of those classes fits in its other kinds (``_wanted_on``).
+        self.contended: dict[str, list[_Class]] = {}
         self.elastic = config.elastic  # read once per placement
         self.resizes: list[Resize] = []
         #: (tenant, kind) a borrower found its tenant's limit of.
@@ -778,8 +777,7 @@ class _Round:
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
-                self.contended.add(kind)
-                self.short_of.setdefault(kind, []).append(cls)
+                self.contended.setdefault(kind, []).append(cls)
                 if self.now - entry[4] >= self.config.starvation_s:
                     _reserve(self.reserved_all, kind, cls.offering)
                 elif guaranteed:
@@ -1019,9 +1017,8 @@ class _Round:
         # Reservations of other kinds stand.
         self.no_room.clear()
         self.setup_only.clear()
-        self.contended -= lent_kinds
         for kind in lent_kinds:
-            self.short_of.pop(kind, None)
+            self.contended.pop(kind, None)
             self.reserved_all.pop(kind, None)
             self.reserved_from_borrowers.pop(kind, None)
         self.lending = True  # units are taken back only for what is placed
@@ -1472,7 +1469,7 @@ class _Round:
         return any(
             cls.type in executors
             and all(amount <= free.get(k, 0.0) + EPSILON for k, amount in cls.needs if k != kind)
-            for cls in self.short_of.get(kind, ())
+            for cls in self.contended.get(kind, ())
         )
 
     def _lent(self, kind: str) -> bool:
