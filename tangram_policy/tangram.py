@@ -1312,17 +1312,14 @@ class _Round:
         config = self.config
         budget: dict[str, float] = {}
         threshold: dict[str, float] = {}
-        #: Contended kinds whose units are lent: they grow only where no
-        #: action short of them fits in its other kinds (``_wanted_on``).
-        waited: set[str] = set()
+        #: Per (node, kind contended), whether an action short of it fits there
+        #: in its other kinds (``_wanted_on``): lent units grow only where none does.
         wanted: dict[tuple[str, str], bool] = {}
         for kind, total in pool.total.items():
             if total <= 0 or kind in self.reserved_all:
                 continue
-            if kind in self.contended:
-                if not self._lent(kind):
-                    continue
-                waited.add(kind)
+            if kind in self.contended and not self._lent(kind):
+                continue
             kept_free = 0.0 if self._lent(kind) else config.headroom * total
             budget[kind] = pool.unused(kind) - kept_free
             threshold[kind] = self._threshold(kind)
@@ -1386,7 +1383,7 @@ class _Round:
             node_id = out[at].node_id if at >= 0 else running[-1 - at].node
             if pool.free[node_id].get(kind, 0.0) + 1e-9 < unit:
                 continue
-            if kind in waited:
+            if kind in self.contended:  # and lent: it has a budget
                 known = wanted.get((node_id, kind))
                 if known is None:
                     known = wanted[(node_id, kind)] = self._wanted_on(node_id, kind)
