@@ -4,6 +4,7 @@ the scorer loaded saves against loading it for every batch.
     python -m bench.gpu_scorer                       # needs an NVIDIA GPU and PyTorch with CUDA
     python -m bench.gpu_scorer --batches 6 --batch 64 --layers 12 --width 2048
     python -m bench.gpu_scorer --url URL --token T --models DIR   # live, through a deployment
+    python -m bench.gpu_scorer --sizes 1,2,4,8,16,32,64   # what a batch of n costs: its marginal
 
 The model is a transformer encoder with a scalar head (``--layers``, ``--width``,
 bf16), its weights written once to a directory every sandbox sees read-only at
@@ -19,6 +20,13 @@ the policy formed:
 
 Both modes score the same samples; the scores must agree. Prints per mode the
 first batch, the mean of the later ones and their ratio, and the model's size.
+
+``--sizes``: instead of the two modes, batches of each size (and of one) on
+the resident scorer, ``--batches`` of each after one that loads the weights,
+with the ``marginal`` the policy would learn from the median batch of each
+(``tangram_policy.estimate.batch_update``: each member past the first adds
+that fraction of one run). The workloads' ``batch.marginal`` is this number
+for their reward models.
 
 ``--url``: the same calls through a deployment's API, policy and a GPU agent,
 one burst of ``--batch`` calls per ``--batches``, as ``Client.score`` sends
@@ -46,6 +54,7 @@ from typing import Any
 from tangram_agent.executors import Sandbox, SandboxSettings, ScorerExecutor
 from tangram_agent.executors.sandbox import environment_binds
 from tangram_client import Client
+from tangram_policy.estimate import batch_update
 
 #: The model, as code both the weights' writer and the scorer run.
 MODEL = """\
@@ -164,6 +173,43 @@ async def run_mode(
     return result
 
 
+async def run_sizes(
+    settings: SandboxSettings, sizes: list[int], repeats: int, tokens: int, vocab: int
+) -> tuple[dict[int, list[float]], str | None]:
+    """Per batch size, the wall seconds of ``repeats`` batches on one resident scorer;
+    and the sandbox's cgroups."""
+    box = Sandbox(replace(settings, residents=2))
+    scorer = ScorerExecutor(box)
+    out: dict[int, list[float]] = {}
+    try:
+        runs = [(0, 1)] + [(size, seed) for size in sizes for seed in range(1, repeats + 1)]
+        for size, seed in runs:  # the first one loads the weights: not timed
+            rows = samples(max(size, 1), tokens, vocab, seed)
+            began = time.monotonic()
+            outcomes = await scorer.execute_batch(members(rows, "0", f"size{size}-{seed}"))
+            took = time.monotonic() - began
+            failed = [o for o in outcomes if o.state != "succeeded"]
+            if failed:
+                raise SystemExit(f"batch of {size} failed: {failed[0].error}\n{failed[0].stderr}")
+            if size:
+                out.setdefault(size, []).append(took)
+        await scorer.cool()
+    finally:
+        box.close()
+    return out, box.isolation.cgroups
+
+
+def print_sizes(times: dict[int, list[float]]) -> None:
+    """Per size: median batch, per member, and the marginal the policy would learn
+    from it against the median batch of one."""
+    alone = statistics.median(times[1])
+    print(f"{'size':>5} {'batch ms':>9} {'per member ms':>14} {'marginal':>9}")
+    for size, took in sorted(times.items()):
+        batch = statistics.median(took)
+        marginal = batch_update(None, batch, size, alone).marginal if size > 1 else float("nan")
+        print(f"{size:>5} {batch * 1000:>9.1f} {batch * 1000 / size:>14.2f} {marginal:>9.3f}")
+
+
 def write_weights(python: str, models: Path, shape: dict[str, int]) -> int:
     """The model's weights and shape in ``models``, readable by the sandboxes; its parameters."""
     wrote = subprocess.run(
@@ -228,6 +274,9 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--python", default=sys.executable, help="the sandbox's Python (torch)")
     parser.add_argument("--cgroup-parent", help="a delegated cgroup v2 dir, as the agent's")
+    parser.add_argument(
+        "--sizes", help="batch sizes to time on the resident scorer, e.g. 1,2,4,8,16,32,64"
+    )
     parser.add_argument("--url", help="a deployment with a GPU agent: the calls go through it")
     parser.add_argument("--token", help="a tenant token for --url")
     parser.add_argument(
@@ -236,6 +285,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.url and not (args.token and args.models):
         parser.error("--url needs --token and --models")
+    try:
+        # A batch of one is what the others are measured against.
+        sizes = sorted({1, *(int(size) for size in args.sizes.split(","))}) if args.sizes else []
+    except ValueError:
+        parser.error(f"--sizes: expected comma-separated integers, got {args.sizes!r}")
+    if any(size < 1 for size in sizes) or (args.sizes and args.url):
+        parser.error("--sizes: sizes of at least 1, and not with --url")
     # Live, this Python only writes the weights; here, its sandboxes run them on GPU 0.
     check = "import torch" if args.url else "import torch; assert torch.cuda.is_available()"
     probe = subprocess.run([args.python, "-c", check], capture_output=True)
@@ -252,10 +308,12 @@ def main() -> None:
         batches = [
             samples(args.batch, args.tokens, shape["vocab"], seed) for seed in range(args.batches)
         ]
-        print(
-            f"{params / 1e6:.0f} M parameters (bf16, {params * 2 / 2**30:.2f} GiB), "
-            f"{args.batches} batches of {args.batch} x {args.tokens} tokens"
+        batching = (
+            f"{args.batches} batches of each size, {args.tokens} tokens a sample"
+            if sizes
+            else f"{args.batches} batches of {args.batch} x {args.tokens} tokens"
         )
+        print(f"{params / 1e6:.0f} M parameters (bf16, {params * 2 / 2**30:.2f} GiB), {batching}")
         if args.url:
             live(args.url, args.token, batches)
             return
@@ -265,6 +323,13 @@ def main() -> None:
             ro_binds=(*environment_binds(args.python), (str(models), "/models")),
             cgroup_parent=args.cgroup_parent,
         )
+        if sizes:
+            times, cgroups = asyncio.run(
+                run_sizes(base, sizes, args.batches, args.tokens, shape["vocab"])
+            )
+            print(f"{gpu_name()}, sandbox cgroups {cgroups or 'none (rlimits only)'}")
+            print_sizes(times)
+            return
         results = {}
         for name, residents in (("resident", 2), ("cold", 0)):
             settings = replace(base, residents=residents)
