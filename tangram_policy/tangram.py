@@ -92,7 +92,6 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
-from typing import NamedTuple
 
 from tangram_policy.estimate import (
     duration_at,
@@ -310,16 +309,6 @@ class _Target:
         self.learned_s = -1.0
 
 
-class _Kept(NamedTuple):
-    """Room of ``kind`` a tenant keeps for its short ``type`` (``_Round._keeps``)."""
-
-    type: str
-    kind: str
-    amount: float
-    #: Expected work above which an entry leaves it.
-    bound: float
-
-
 class _GainGroup:
     """Placed single actions of one class whose extra units gain alike: equal
     elasticity, demand, expected work and setup. ``expand`` works their first
@@ -515,11 +504,12 @@ class TangramPolicy:
             out.append(cls)
         return out
 
-    def _kept(self, snapshot: Snapshot) -> dict[str, list[_Kept]]:
-        """Per tenant, the room kept for its short types (``_Round._keeps``)."""
+    def _kept(self, snapshot: Snapshot) -> dict[str, list[tuple[str, float, float]]]:
+        """Per tenant, the room kept for its types (``_Round._keeps``): (kind,
+        amount, the expected work above which an entry leaves it)."""
         config = self.config
         stats = snapshot.duration_stats
-        kept: dict[str, list[_Kept]] = {}
+        kept: dict[str, list[tuple[str, float, float]]] = {}
         for (tenant, action_type), load in snapshot.type_loads.items():
             stat = stats.get((tenant, action_type))
             if stat is None or load.kind not in RESIZABLE_KINDS:
@@ -527,7 +517,7 @@ class TangramPolicy:
             amount = config.keep_share * load.mean_held - load.held - load.queued
             if amount > EPSILON:
                 bound = stat.mean_s * config.keep_ratio
-                kept.setdefault(tenant, []).append(_Kept(action_type, load.kind, amount, bound))
+                kept.setdefault(tenant, []).append((load.kind, amount, bound))
         return kept
 
     def _may_grow(self, snapshot: Snapshot) -> bool:
@@ -656,7 +646,7 @@ class _Round:
         #: Shapes that found room only on nodes still setting their keys up.
         self.setup_only: set[int] = set()
         #: Per tenant, room kept for its short types (``TangramPolicy._kept``).
-        self.kept: dict[str, list[_Kept]] = {}
+        self.kept: dict[str, list[tuple[str, float, float]]] = {}
         #: Per tenant, room its guaranteed entries keep on nodes still setting
         #: their keys up (``_hold_for_setup``): node, what is kept, that setup's length.
         self.setup_holds: dict[str, list[tuple[str, Resources, float]]] = {}
@@ -824,7 +814,7 @@ class _Round:
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
 
-    def _keeps(self, cls: _Class, work: float, kept: list[_Kept]) -> bool:
+    def _keeps(self, cls: _Class, work: float, kept: list[tuple[str, float, float]]) -> bool:
         """Whether an entry of ``cls`` expected to run ``work`` leaves the room its
         tenant keeps for its shorter types.
 
@@ -838,31 +828,23 @@ class _Round:
         limit and the pool, keeps what ``TangramPolicy._kept`` worked out for
         such types: ``keep_share`` times what each held lately, less what it
         holds and asks now (twice, since a step's bursts ask more than its
-        mean). The room is counted on the nodes that run the short type: idle
-        cores elsewhere are none of its (unseen-76-14: 128 idle cores on GPU
-        hosts hid a sandbox pool that a step of 74 s offline jobs filled, and
-        its interpreter calls waited 0.97 s instead of 0.16 s). Where nothing
-        holds the kind, nothing would end and bring a round back: no room is kept.
+        mean). Where nothing holds the kind, nothing would end and bring a
+        round back: no room is kept.
         """
         demand = cls.demand
-        pool = self.pool
-        #: Per (kind, nodes that run the type, by the id of their shared tuple).
-        needed: dict[tuple[str, int], tuple[tuple[str, ...], float]] = {}
-        for room_kept in kept:
-            kind = room_kept.kind
-            if work > room_kept.bound and demand.get(kind, 0.0) > 0:
-                nodes = pool.offering(room_kept.type)
-                if pool.overlaps(nodes, cls.offering):  # else the entry cannot take it
-                    _, amount = needed.get((kind, id(nodes)), (nodes, 0.0))
-                    needed[(kind, id(nodes))] = (nodes, amount + room_kept.amount)
+        needed: dict[str, float] = {}
+        for kind, amount, bound in kept:
+            if work > bound and demand.get(kind, 0.0) > 0:
+                needed[kind] = needed.get(kind, 0.0) + amount
         if not needed:
             return False
+        pool = self.pool
         usage = pool.usage.get(cls.tenant, _NO_USAGE)
         quota = pool.quotas.get(cls.tenant)
-        for (kind, _), (nodes, amount) in needed.items():
-            if pool.unused(kind) >= pool.total.get(kind, 0.0) - EPSILON:
+        for kind, amount in needed.items():
+            room = pool.unused(kind)
+            if room >= pool.total.get(kind, 0.0) - EPSILON:
                 continue
-            room = pool.room_on(kind, nodes)
             if quota is not None and kind in quota.limit:
                 room = min(room, quota.limit[kind] - usage.get(kind, 0.0))
             if room - demand[kind] < amount - EPSILON:
