@@ -5,10 +5,14 @@ the scorer loaded saves against loading it for every batch.
     python -m bench.gpu_scorer --batches 6 --batch 64 --layers 12 --width 2048
     python -m bench.gpu_scorer --url URL --token T --models DIR   # live, through a deployment
     python -m bench.gpu_scorer --sizes 1,2,4,8,16,32,64   # what a batch of n costs: its marginal
+    python -m bench.gpu_scorer --sizes 1,4,16,64 --decode 64   # a judge that writes 64 tokens
 
 The model is a transformer encoder with a scalar head (``--layers``, ``--width``,
-bf16), its weights written once to a directory every sandbox sees read-only at
-``/models`` (``--sandbox-ro-bind``), run by this Python's environment
+bf16), or with ``--decode N`` a decoder judge of the same size that writes N
+tokens a sample, greedily, with a key/value cache (a generative judge, whose
+decoding steps read every weight once per batch). Its weights are written once
+to a directory every sandbox sees read-only at ``/models``
+(``--sandbox-ro-bind``), run by this Python's environment
 (``--sandbox-python``). Each batch is one ``reward.python`` run of ``--batch``
 samples (token sequences of ``--tokens``) on GPU 0, as the agent runs a batch
 the policy formed:
@@ -49,15 +53,16 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from tangram_agent.executors import Sandbox, SandboxSettings, ScorerExecutor
 from tangram_agent.executors.sandbox import environment_binds
+from tangram_agent.protocol import Assignment
 from tangram_client import Client
 from tangram_policy.estimate import batch_update
 
-#: The model, as code both the weights' writer and the scorer run.
-MODEL = """\
+#: The models, as code both the weights' writer and the scorer run: ``build`` the
+#: modules, and ``rate`` a batch of token rows, one float each.
+ENCODER = """\
 import torch
 def build(shape):
     layer = torch.nn.TransformerEncoderLayer(
@@ -68,17 +73,74 @@ def build(shape):
         "encoder": torch.nn.TransformerEncoder(layer, shape["layers"], enable_nested_tensor=False),
         "head": torch.nn.Linear(shape["width"], 1),
     })
+def rate(model, shape, tokens):
+    hidden = model["encoder"](model["embed"](tokens))
+    return model["head"](hidden[:, -1]).squeeze(-1).float().tolist()
 """
 
-SCORER = (
-    """\
+#: A judge that writes ``shape["decode"]`` tokens, greedily, with a key/value cache:
+#: each step reads every weight once for the whole batch.
+JUDGE = """\
+import torch
+import torch.nn.functional as F
+def build(shape):
+    width, vocab = shape["width"], shape["vocab"]
+    def block():
+        return torch.nn.ModuleDict({
+            "ln1": torch.nn.LayerNorm(width), "qkv": torch.nn.Linear(width, 3 * width),
+            "out": torch.nn.Linear(width, width), "ln2": torch.nn.LayerNorm(width),
+            "up": torch.nn.Linear(width, 4 * width), "down": torch.nn.Linear(4 * width, width),
+        })
+    return torch.nn.ModuleDict({
+        "embed": torch.nn.Embedding(vocab, width),
+        "blocks": torch.nn.ModuleList(block() for _ in range(shape["layers"])),
+        "norm": torch.nn.LayerNorm(width),
+        "head": torch.nn.Linear(width, vocab, bias=False),
+    })
+def _layer(block, x, keys, values, at):
+    batch, length, _ = x.shape
+    q, k, v = block["qkv"](block["ln1"](x)).view(batch, length, 3, keys.shape[1], -1).permute(
+        2, 0, 3, 1, 4
+    )
+    keys[:, :, at : at + length], values[:, :, at : at + length] = k, v
+    a = F.scaled_dot_product_attention(
+        q, keys[:, :, : at + length], values[:, :, : at + length], is_causal=length > 1
+    )
+    x = x + block["out"](a.transpose(1, 2).reshape(batch, length, -1))
+    return x + block["down"](F.gelu(block["up"](block["ln2"](x))))
+def rate(model, shape, tokens):
+    batch, prompt = tokens.shape
+    new, heads = shape["decode"], shape["heads"]
+    size = (batch, heads, prompt + new, shape["width"] // heads)
+    weight = model["head"].weight
+    caches = [
+        (weight.new_empty(size), weight.new_empty(size)) for _ in model["blocks"]
+    ]
+    x, at, written = model["embed"](tokens), 0, []
+    for _ in range(new):
+        for block, (keys, values) in zip(model["blocks"], caches):
+            x = _layer(block, x, keys, values, at)
+        at += x.shape[1]
+        token = model["head"](model["norm"](x[:, -1])).argmax(-1)
+        written.append(token)
+        x = model["embed"](token)[:, None]
+    verdict = torch.stack(written, 1)
+    return (verdict % 2 == 0).float().mean(1).tolist()
+"""
+
+
+def scorer_code(model: str) -> str:
+    """A ``reward.python`` scorer of ``model``: loads the weights at import, to the GPU."""
+    return (
+        """\
 import json, time, uuid
 began = time.monotonic()
 """
-    + MODEL
-    + """\
+        + model
+        + """\
+SHAPE = json.load(open("/models/shape.json"))
 with torch.device("meta"):
-    MODEL = build(json.load(open("/models/shape.json")))
+    MODEL = build(SHAPE)
 weights = torch.load("/models/rm.pt", map_location="cuda", mmap=True, weights_only=True)
 MODEL.load_state_dict(weights, assign=True)
 MODEL.eval()
@@ -89,15 +151,17 @@ LOAD = uuid.uuid4().hex
 def score(samples):
     tokens = torch.tensor(samples, device="cuda")
     with torch.no_grad():
-        hidden = MODEL["encoder"](MODEL["embed"](tokens))
-        values = MODEL["head"](hidden[:, -1]).squeeze(-1).float().tolist()
+        values = rate(MODEL, SHAPE, tokens)
     return [{"score": value, "load_s": LOAD_S, "load": LOAD} for value in values]
 """
-)
+    )
 
-WRITE_WEIGHTS = (
-    MODEL
-    + """\
+
+def writer_code(model: str) -> str:
+    """Writes ``model``'s weights (seeded, bf16) and shape to the directory in argv[1]."""
+    return (
+        model
+        + """\
 import json, sys
 shape = json.loads(sys.argv[2])
 torch.manual_seed(0)
@@ -106,7 +170,7 @@ torch.save(model.state_dict(), sys.argv[1] + "/rm.pt")
 json.dump(shape, open(sys.argv[1] + "/shape.json", "w"))
 print(sum(p.numel() for p in model.parameters()))
 """
-)
+    )
 
 
 @dataclass
@@ -127,14 +191,14 @@ def samples(batch: int, tokens: int, vocab: int, seed: int) -> list[list[int]]:
     ]
 
 
-def members(rows: list[list[int]], gpu: str, name: str) -> list[dict[str, Any]]:
+def members(rows: list[list[int]], gpu: str, name: str, code: str) -> list[Assignment]:
     return [
         {
             "id": f"{name}-{i}",
             "attempt": 1,
             "type": "reward.python",
             "tenant": "bench",
-            "payload": {"code": SCORER, "sample": row},
+            "payload": {"code": code, "sample": row},
             # Each member's share of the batch's 4 cores, 64 GiB and GPU.
             "allocation": {"cpu": 4 / len(rows), "memory": 65536 / len(rows), "gpu": 1 / len(rows)},
             "units": 1,
@@ -148,7 +212,7 @@ def members(rows: list[list[int]], gpu: str, name: str) -> list[dict[str, Any]]:
 
 
 async def run_mode(
-    settings: SandboxSettings, batches: list[list[list[int]]], gpu: str, name: str
+    settings: SandboxSettings, batches: list[list[list[int]]], gpu: str, name: str, code: str
 ) -> ModeResult:
     box = Sandbox(settings)
     scorer = ScorerExecutor(box)
@@ -156,7 +220,7 @@ async def run_mode(
     try:
         for index, rows in enumerate(batches):
             began = time.monotonic()
-            outcomes = await scorer.execute_batch(members(rows, gpu, f"{name}{index}"))
+            outcomes = await scorer.execute_batch(members(rows, gpu, f"{name}{index}", code))
             result.batch_s.append(time.monotonic() - began)
             failed = [o for o in outcomes if o.state != "succeeded"]
             if failed:
@@ -174,7 +238,7 @@ async def run_mode(
 
 
 async def run_sizes(
-    settings: SandboxSettings, sizes: list[int], repeats: int, tokens: int, vocab: int
+    settings: SandboxSettings, sizes: list[int], repeats: int, tokens: int, vocab: int, code: str
 ) -> tuple[dict[int, list[float]], str | None]:
     """Per batch size, the wall seconds of ``repeats`` batches on one resident scorer;
     and the sandbox's cgroups."""
@@ -186,7 +250,7 @@ async def run_sizes(
         for size, seed in runs:  # the first one loads the weights: not timed
             rows = samples(max(size, 1), tokens, vocab, seed)
             began = time.monotonic()
-            outcomes = await scorer.execute_batch(members(rows, "0", f"size{size}-{seed}"))
+            outcomes = await scorer.execute_batch(members(rows, "0", f"size{size}-{seed}", code))
             took = time.monotonic() - began
             failed = [o for o in outcomes if o.state != "succeeded"]
             if failed:
@@ -210,10 +274,10 @@ def print_sizes(times: dict[int, list[float]]) -> None:
         print(f"{size:>5} {batch * 1000:>9.1f} {batch * 1000 / size:>14.2f} {marginal:>9.3f}")
 
 
-def write_weights(python: str, models: Path, shape: dict[str, int]) -> int:
+def write_weights(python: str, models: Path, shape: dict[str, int], model: str) -> int:
     """The model's weights and shape in ``models``, readable by the sandboxes; its parameters."""
     wrote = subprocess.run(
-        [python, "-c", WRITE_WEIGHTS, str(models), json.dumps(shape)],
+        [python, "-c", writer_code(model), str(models), json.dumps(shape)],
         capture_output=True,
         text=True,
         check=True,
@@ -232,7 +296,7 @@ def gpu_name() -> str:
     return done.stdout.strip()
 
 
-def live(url: str, token: str, bursts: list[list[list[int]]]) -> None:
+def live(url: str, token: str, bursts: list[list[list[int]]], code: str) -> None:
     """Each burst as ``Client.score`` sends it, through the deployment at ``url``."""
     print(f"{'burst':>5} {'wall s':>7} {'mean ACT s':>10} {'batches':>7} {'loads':>5}  gpus")
     seen_loads: set[str] = set()
@@ -243,7 +307,7 @@ def live(url: str, token: str, bursts: list[list[list[int]]]) -> None:
                 [
                     {
                         "type": "reward.python",
-                        "payload": {"code": SCORER, "sample": row},
+                        "payload": {"code": code, "sample": row},
                         "batch_key": "bench-gpu-rm",
                         "batch_limit": 64,
                         "demand": {"cpu": 4, "memory": 16384, "gpu": 1},
@@ -277,6 +341,12 @@ def main() -> None:
     parser.add_argument(
         "--sizes", help="batch sizes to time on the resident scorer, e.g. 1,2,4,8,16,32,64"
     )
+    parser.add_argument(
+        "--decode",
+        type=int,
+        default=0,
+        help="score with a judge that writes this many tokens a sample (0: a one-pass scorer)",
+    )
     parser.add_argument("--url", help="a deployment with a GPU agent: the calls go through it")
     parser.add_argument("--token", help="a tenant token for --url")
     parser.add_argument(
@@ -292,19 +362,29 @@ def main() -> None:
         parser.error(f"--sizes: expected comma-separated integers, got {args.sizes!r}")
     if any(size < 1 for size in sizes) or (args.sizes and args.url):
         parser.error("--sizes: sizes of at least 1, and not with --url")
+    if args.decode < 0:
+        parser.error(f"--decode: expected 0 or more tokens, got {args.decode}")
+    model = JUDGE if args.decode else ENCODER
+    code = scorer_code(model)
     # Live, this Python only writes the weights; here, its sandboxes run them on GPU 0.
     check = "import torch" if args.url else "import torch; assert torch.cuda.is_available()"
     probe = subprocess.run([args.python, "-c", check], capture_output=True)
     if probe.returncode != 0 or (not args.url and shutil.which("nvidia-smi") is None):
         need = "PyTorch" if args.url else "an NVIDIA GPU and PyTorch with CUDA"
         raise SystemExit(f"needs {need} for {args.python}")
-    shape = {"layers": args.layers, "width": args.width, "heads": 16, "vocab": 32000}
+    shape = {
+        "layers": args.layers,
+        "width": args.width,
+        "heads": 16,
+        "vocab": 32000,
+        "decode": args.decode,
+    }
     root = Path(tempfile.mkdtemp(prefix="tangram-gpu-bench-"))
     root.chmod(0o711)
     models = args.models or root / "models"
     models.mkdir(mode=0o755, exist_ok=True)
     try:
-        params = write_weights(args.python, models, shape)
+        params = write_weights(args.python, models, shape, model)
         batches = [
             samples(args.batch, args.tokens, shape["vocab"], seed) for seed in range(args.batches)
         ]
@@ -313,9 +393,13 @@ def main() -> None:
             if sizes
             else f"{args.batches} batches of {args.batch} x {args.tokens} tokens"
         )
-        print(f"{params / 1e6:.0f} M parameters (bf16, {params * 2 / 2**30:.2f} GiB), {batching}")
+        writes = f", writing {args.decode} tokens a sample" if args.decode else ""
+        print(
+            f"{params / 1e6:.0f} M parameters (bf16, {params * 2 / 2**30:.2f} GiB), "
+            f"{batching}{writes}"
+        )
         if args.url:
-            live(args.url, args.token, batches)
+            live(args.url, args.token, batches, code)
             return
         base = SandboxSettings(
             work_root=root / "work",
@@ -325,7 +409,7 @@ def main() -> None:
         )
         if sizes:
             times, cgroups = asyncio.run(
-                run_sizes(base, sizes, args.batches, args.tokens, shape["vocab"])
+                run_sizes(base, sizes, args.batches, args.tokens, shape["vocab"], code)
             )
             print(f"{gpu_name()}, sandbox cgroups {cgroups or 'none (rlimits only)'}")
             print_sizes(times)
@@ -333,7 +417,7 @@ def main() -> None:
         results = {}
         for name, residents in (("resident", 2), ("cold", 0)):
             settings = replace(base, residents=residents)
-            results[name] = asyncio.run(run_mode(settings, batches, "0", name))
+            results[name] = asyncio.run(run_mode(settings, batches, "0", name, code))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     gap = max(
