@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tangram_agent.executors import Sandbox, SandboxSettings, ScorerExecutor
+from tangram_agent.executors import Outcome, Sandbox, SandboxSettings, ScorerExecutor
 from tangram_agent.executors.sandbox import environment_binds
 from tangram_agent.protocol import Assignment
 from tangram_client import Client
@@ -211,6 +211,21 @@ def members(rows: list[list[int]], gpu: str, name: str, code: str) -> list[Assig
     ]
 
 
+async def score_batch(
+    scorer: ScorerExecutor, batch: list[Assignment]
+) -> tuple[list[Outcome], float]:
+    """Run one batch through the executor: its outcomes and wall seconds; exits if a
+    member failed."""
+    began = time.monotonic()
+    outcomes = await scorer.execute_batch(batch)
+    took = time.monotonic() - began
+    failed = [o for o in outcomes if o.state != "succeeded"]
+    if failed:
+        first = failed[0]
+        raise SystemExit(f"{batch[0].get('batch_id')} failed: {first.error}\n{first.stderr}")
+    return outcomes, took
+
+
 async def run_mode(
     settings: SandboxSettings, batches: list[list[list[int]]], gpu: str, name: str, code: str
 ) -> ModeResult:
@@ -219,14 +234,8 @@ async def run_mode(
     result = ModeResult([], [], [], [], box.isolation.cgroups)
     try:
         for index, rows in enumerate(batches):
-            began = time.monotonic()
-            outcomes = await scorer.execute_batch(members(rows, gpu, f"{name}{index}", code))
-            result.batch_s.append(time.monotonic() - began)
-            failed = [o for o in outcomes if o.state != "succeeded"]
-            if failed:
-                raise SystemExit(
-                    f"{name}: batch {index} failed: {failed[0].error}\n{failed[0].stderr}"
-                )
+            outcomes, took = await score_batch(scorer, members(rows, gpu, f"{name}{index}", code))
+            result.batch_s.append(took)
             scored = [json.loads(o.stdout) for o in outcomes]
             result.load_s.append(scored[0]["load_s"])
             result.loads.append(scored[0]["load"])
@@ -249,12 +258,7 @@ async def run_sizes(
         runs = [(0, 1)] + [(size, seed) for size in sizes for seed in range(1, repeats + 1)]
         for size, seed in runs:  # the first one loads the weights: not timed
             rows = samples(max(size, 1), tokens, vocab, seed)
-            began = time.monotonic()
-            outcomes = await scorer.execute_batch(members(rows, "0", f"size{size}-{seed}", code))
-            took = time.monotonic() - began
-            failed = [o for o in outcomes if o.state != "succeeded"]
-            if failed:
-                raise SystemExit(f"batch of {size} failed: {failed[0].error}\n{failed[0].stderr}")
+            _, took = await score_batch(scorer, members(rows, "0", f"size{size}-{seed}", code))
             if size:
                 out.setdefault(size, []).append(took)
         await scorer.cool()
