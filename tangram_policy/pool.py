@@ -170,6 +170,10 @@ class Pool:
         self._rank_mask = 0
         #: ``_order(room) << rank bits`` by room: rooms repeat, struct calls add up.
         self._room_keys: dict[float, int] = {}
+        #: Per kind, the node sets ``room_on`` was asked about and their free room
+        #: (one cell each, by the id of the shared offering tuple), kept by ``charge``.
+        self._rooms: dict[tuple[str, int], list[float]] = {}
+        self._room_sets: dict[str, list[tuple[frozenset[str], list[float]]]] = {}
         self.nodes: dict[str, Node] = {node.id: node for node in snapshot.nodes}
         self.free: dict[str, dict[str, float]] = {}
         listed: dict[str, float] = {}
@@ -281,8 +285,13 @@ class Pool:
                     share = used / capacity
         else:
             listed = self._node_indexes.get(node_id)
+            room_sets = self._room_sets
             for kind, amount, capacity in items:
                 after = free[kind] = free.get(kind, 0.0) - amount
+                if room_sets and kind in room_sets:
+                    for members, cell in room_sets[kind]:
+                        if node_id in members:
+                            cell[0] -= amount
                 if listed and amount:
                     listing = listed.get(kind)
                     if listing is not None:
@@ -384,6 +393,18 @@ class Pool:
 
     def dominant_share(self, tenant: str) -> float:
         return self.shares.get(tenant, 0.0)
+
+    def room_on(self, kind: str, nodes: tuple[str, ...]) -> float:
+        """Free room of ``kind`` on ``nodes`` (an ``offering``; nodes the snapshot
+        leaves out are full): summed once, then kept as placements charge it."""
+        cell = self._rooms.get((kind, id(nodes)))
+        if cell is None:
+            free = self.free
+            cell = self._rooms[(kind, id(nodes))] = [
+                sum(free[node].get(kind, 0.0) for node in nodes if node in free)
+            ]
+            self._room_sets.setdefault(kind, []).append((frozenset(nodes), cell))
+        return cell[0]
 
     def unused(self, kind: str) -> float:
         """Pool-wide room of ``kind``: capacity less every tenant's usage, exact also

@@ -42,8 +42,10 @@ One round, from a snapshot, in five passes:
    a tenant's actions expected to run more than ``keep_ratio`` times as
    long as one of its types leave, within its limit and the pool,
    ``keep_share`` times the cores that type held lately
-   (``Snapshot.type_loads``) less what it holds and asks now, so that a
-   task between steps finds its room when it comes back.
+   (``Snapshot.type_loads``) less what it holds and asks now, on the nodes
+   that run it, so that a task between steps finds its room when it comes
+   back; a job whose own long type queues more than its nodes have free
+   keeps none from that work for its own short types.
 4. **Placement and elasticity.** Best fit on the primary kind, warm nodes
    (image pulled, model resident) first, then, where nodes keep few warm
    keys, a cold node with a free slot for the action's keys (rather than
@@ -90,8 +92,9 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 from tangram_policy.estimate import (
     duration_at,
@@ -113,6 +116,7 @@ from tangram_policy.types import (
     Resize,
     Resources,
     Snapshot,
+    TypeLoad,
 )
 
 #: An action that has waited its setup time may evict keys unused and not waited
@@ -309,6 +313,18 @@ class _Target:
         self.learned_s = -1.0
 
 
+class _Kept(NamedTuple):
+    """Room of ``kind`` a tenant keeps for its short ``type`` (``_Round._keeps``)."""
+
+    type: str
+    kind: str
+    amount: float
+    #: Expected work above which an entry leaves it.
+    bound: float
+    #: The job whose type it is ("": several or unknown; ``TypeLoad.job``).
+    job: str
+
+
 class _GainGroup:
     """Placed single actions of one class whose extra units gain alike: equal
     elasticity, demand, expected work and setup. ``expand`` works their first
@@ -396,6 +412,7 @@ class TangramPolicy:
         round_ = _Round(pool, config, snapshot.now)
         if config.keep_share > 0 and snapshot.type_loads:
             round_.kept = self._kept(snapshot)
+            round_.type_loads = snapshot.type_loads
         classes = self._classes(snapshot, pool)
         round_.place(classes)
         if config.shrinking and snapshot.resizable:
@@ -504,12 +521,11 @@ class TangramPolicy:
             out.append(cls)
         return out
 
-    def _kept(self, snapshot: Snapshot) -> dict[str, list[tuple[str, float, float]]]:
-        """Per tenant, the room kept for its types (``_Round._keeps``): (kind,
-        amount, the expected work above which an entry leaves it)."""
+    def _kept(self, snapshot: Snapshot) -> dict[str, list[_Kept]]:
+        """Per tenant, the room kept for its short types (``_Round._keeps``)."""
         config = self.config
         stats = snapshot.duration_stats
-        kept: dict[str, list[tuple[str, float, float]]] = {}
+        kept: dict[str, list[_Kept]] = {}
         for (tenant, action_type), load in snapshot.type_loads.items():
             stat = stats.get((tenant, action_type))
             if stat is None or load.kind not in RESIZABLE_KINDS:
@@ -517,7 +533,9 @@ class TangramPolicy:
             amount = config.keep_share * load.mean_held - load.held - load.queued
             if amount > EPSILON:
                 bound = stat.mean_s * config.keep_ratio
-                kept.setdefault(tenant, []).append((load.kind, amount, bound))
+                kept.setdefault(tenant, []).append(
+                    _Kept(action_type, load.kind, amount, bound, load.job)
+                )
         return kept
 
     def _may_grow(self, snapshot: Snapshot) -> bool:
@@ -646,7 +664,8 @@ class _Round:
         #: Shapes that found room only on nodes still setting their keys up.
         self.setup_only: set[int] = set()
         #: Per tenant, room kept for its short types (``TangramPolicy._kept``).
-        self.kept: dict[str, list[tuple[str, float, float]]] = {}
+        self.kept: dict[str, list[_Kept]] = {}
+        self.type_loads: Mapping[tuple[str, str], TypeLoad] = {}
         #: Per tenant, room its guaranteed entries keep on nodes still setting
         #: their keys up (``_hold_for_setup``): node, what is kept, that setup's length.
         self.setup_holds: dict[str, list[tuple[str, Resources, float]]] = {}
@@ -716,7 +735,7 @@ class _Round:
             kept
             and cls.tenant in kept
             and self.now - entry[4] < 2.0 * self.config.starvation_s  # else nothing keeps it
-            and self._keeps(cls, entry[2], kept[cls.tenant])
+            and self._keeps(cls, entry[2], entry[3].job, kept[cls.tenant])
         ):
             return False
         head = entry[3]
@@ -814,9 +833,9 @@ class _Round:
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
 
-    def _keeps(self, cls: _Class, work: float, kept: list[tuple[str, float, float]]) -> bool:
-        """Whether an entry of ``cls`` expected to run ``work`` leaves the room its
-        tenant keeps for its shorter types.
+    def _keeps(self, cls: _Class, work: float, job: str, kept: list[_Kept]) -> bool:
+        """Whether an entry of ``cls`` (of ``job``) expected to run ``work`` leaves
+        the room its tenant keeps for its shorter types.
 
         A type far shorter than the entry that held more lately than it asks
         now is between steps (or turns): placing long work at its minimum
@@ -828,23 +847,51 @@ class _Round:
         limit and the pool, keeps what ``TangramPolicy._kept`` worked out for
         such types: ``keep_share`` times what each held lately, less what it
         holds and asks now (twice, since a step's bursts ask more than its
-        mean). Where nothing holds the kind, nothing would end and bring a
-        round back: no room is kept.
+        mean). The room is counted on the nodes that run the short type: idle
+        cores elsewhere are none of its (unseen-76-14: 128 idle cores on GPU
+        hosts hid a sandbox pool that a step of 74 s offline jobs filled, and
+        its interpreter calls waited 0.97 s instead of 0.16 s). Where nothing
+        holds the kind, nothing would end and bring a round back: no room is kept.
+
+        Nor is room kept for the entry's own job's types while the entry's own
+        type queues more than its nodes have free: a saturated job's short
+        calls come back only as its long work ends, so holding that work back
+        for them only makes both wait (unseen-78-18: a coding task's 60 s
+        tests waited 40 s for edits that were waiting on them). Where the job
+        has room to spare, keeping it still pays (ciloop's builds and calls).
         """
         demand = cls.demand
-        needed: dict[str, float] = {}
-        for kind, amount, bound in kept:
-            if work > bound and demand.get(kind, 0.0) > 0:
-                needed[kind] = needed.get(kind, 0.0) + amount
+        pool = self.pool
+        saturated: bool | None = None  # worked out once, for a kept type of ``job``
+        #: Per (kind, nodes that run the type, by the id of their shared tuple).
+        needed: dict[tuple[str, int], tuple[tuple[str, ...], float]] = {}
+        for room_kept in kept:
+            kind = room_kept.kind
+            if work <= room_kept.bound or demand.get(kind, 0.0) <= 0:
+                continue
+            nodes = pool.offering(room_kept.type)
+            if not pool.overlaps(nodes, cls.offering):  # the entry cannot take it
+                continue
+            if job and room_kept.job == job:
+                if saturated is None:
+                    own = self.type_loads.get((cls.tenant, cls.type))
+                    saturated = (
+                        own is not None
+                        and own.kind == kind
+                        and own.queued > pool.room_on(kind, cls.offering) + EPSILON
+                    )
+                if saturated:
+                    continue
+            _, amount = needed.get((kind, id(nodes)), (nodes, 0.0))
+            needed[(kind, id(nodes))] = (nodes, amount + room_kept.amount)
         if not needed:
             return False
-        pool = self.pool
         usage = pool.usage.get(cls.tenant, _NO_USAGE)
         quota = pool.quotas.get(cls.tenant)
-        for kind, amount in needed.items():
-            room = pool.unused(kind)
-            if room >= pool.total.get(kind, 0.0) - EPSILON:
+        for (kind, _), (nodes, amount) in needed.items():
+            if pool.unused(kind) >= pool.total.get(kind, 0.0) - EPSILON:
                 continue
+            room = pool.room_on(kind, nodes)
             if quota is not None and kind in quota.limit:
                 room = min(room, quota.limit[kind] - usage.get(kind, 0.0))
             if room - demand[kind] < amount - EPSILON:

@@ -222,6 +222,9 @@ class TypeLoad:
     held: float
     queued: float
     mean_held: float
+    #: The job (``PendingAction.job``) whose actions these are, also while none
+    #: runs or waits; "" where they are several jobs' or none was named.
+    job: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,10 +223,12 @@ class _Action:
 class _Load:
     """One (tenant, type)'s units of ``kind`` held and queued, and their mean held."""
 
-    __slots__ = ("kind", "held", "queued", "mean_held", "at")
+    __slots__ = ("kind", "job", "held", "queued", "mean_held", "at")
 
-    def __init__(self, kind: str, now: float) -> None:
+    def __init__(self, kind: str, job: str, now: float) -> None:
         self.kind = kind
+        #: The task whose type it is ("" for a replayed trace's).
+        self.job = job
         self.held = 0.0
         self.queued = 0.0
         self.mean_held = 0.0
@@ -236,6 +238,12 @@ class _Load:
         """Average what was held since the last change in (it held ``held`` since)."""
         self.mean_held = decayed_mean(self.mean_held, self.held, now - self.at)
         self.at = now
+
+
+def _job(action: _Action) -> str:
+    """The job an action is of (``PendingAction.job``): its task, "" for a replayed trace's."""
+    trajectory = action.trajectory
+    return trajectory.task.task.name if trajectory is not None else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,6 +624,7 @@ class Simulation:
             demand=t.demand,
             submitted_at=action.submitted,
             priority=t.priority,
+            job=_job(action),
             elasticity=t.elasticity
             if not self.static and self.policy_name != "partitioned"
             else Elasticity(t.elasticity.min_units, t.elasticity.min_units),
@@ -635,7 +644,8 @@ class Simulation:
         key = (action.tenant, action.type.id)
         load = self._loads.get(key)
         if load is None:
-            load = self._loads[key] = _Load(primary_kind(action.type.demand), self.now)
+            kind = primary_kind(action.type.demand)
+            load = self._loads[key] = _Load(kind, _job(action), self.now)
         load.catch_up(self.now)
         return load
 
@@ -711,7 +721,7 @@ class Simulation:
         out = {}
         for key, load in self._loads.items():
             load.catch_up(self.now)
-            out[key] = TypeLoad(load.kind, load.held, load.queued, load.mean_held)
+            out[key] = TypeLoad(load.kind, load.held, load.queued, load.mean_held, load.job)
         return out
 
     def _resizable_now(self) -> tuple[Resizable, ...]:

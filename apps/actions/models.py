@@ -188,6 +188,8 @@ class ActionLoadStat(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
     type = models.CharField(max_length=64)
+    #: The job whose actions of the type the latest round saw ("": several jobs').
+    job = models.CharField(max_length=200, blank=True, default="")
     kind = models.CharField(max_length=64)
     held = models.FloatField(default=0.0)
     mean_held = models.FloatField(default=0.0)

@@ -177,36 +177,43 @@ def _type_loads(
     decoded: _Decoded, pending: Sequence[PendingAction], now: datetime
 ) -> dict[tuple[str, str], TypeLoad]:
     """Per (tenant, type): what its placed actions hold of its primary kind and its
-    queued ones ask (at minimum units), and its mean held, brought up to ``now``
-    from ``ActionLoadStat`` (what the latest round saw it hold, held since)."""
-    #: (tenant, type) -> [kind, held, queued]
+    queued ones ask (at minimum units), its mean held, brought up to ``now`` from
+    ``ActionLoadStat`` (what the latest round saw it hold, held since), and its job:
+    the one its actions now are of, else the one the latest round saw ("": several)."""
+    #: (tenant, type) -> [kind, held, queued, job or None (several)]
     amounts: dict[tuple[str, str], list[Any]] = {}
+
+    def amount(key: tuple[str, str], kind: str, job: str) -> list[Any]:
+        entry = amounts.setdefault(key, [kind, 0.0, 0.0, job])
+        if entry[3] != job:
+            entry[3] = ""
+        return entry
+
     placed = (
         Action.objects.filter(state__in=PLACED_STATES)
         .annotate(demand_text=_as_text("demand"))
-        .values_list("tenant_id", "type", "demand_text")
+        .values_list("tenant_id", "type", "job", "demand_text")
         .annotate(count=Count("id"))
         .order_by()
     )
-    for tenant_id, type_, text, count in placed:
+    for tenant_id, type_, job, text, count in placed:
         demand = decoded.get("demand", text) or {}
         kind = primary_kind(demand)
-        entry = amounts.setdefault((str(tenant_id), type_), [kind, 0.0, 0.0])
-        entry[1] += float(demand.get(kind, 0.0)) * count
+        amount((str(tenant_id), type_), kind, job)[1] += float(demand.get(kind, 0.0)) * count
     for action in pending:
         kind = primary_kind(action.demand)
-        entry = amounts.setdefault((action.tenant, action.type), [kind, 0.0, 0.0])
-        entry[2] += action.demand.get(kind, 0.0)
+        amount((action.tenant, action.type), kind, action.job)[2] += action.demand.get(kind, 0.0)
     loads: dict[tuple[str, str], TypeLoad] = {}
-    for tenant_id, type_, kind, held, mean_held, updated_at in ActionLoadStat.objects.values_list(
-        "tenant_id", "type", "kind", "held", "mean_held", "updated_at"
+    for row in ActionLoadStat.objects.values_list(
+        "tenant_id", "type", "job", "kind", "held", "mean_held", "updated_at"
     ):
+        tenant_id, type_, job, kind, held, mean_held, updated_at = row
         key = (str(tenant_id), type_)
         mean = decayed_mean(mean_held, held, (now - updated_at).total_seconds())
-        kind, held_now, queued = amounts.pop(key, (kind, 0.0, 0.0))
-        loads[key] = TypeLoad(kind, held_now, queued, mean)
-    for key, (kind, held_now, queued) in amounts.items():
-        loads[key] = TypeLoad(kind, held_now, queued, 0.0)
+        kind, held_now, queued, job = amounts.pop(key, (kind, 0.0, 0.0, job))
+        loads[key] = TypeLoad(kind, held_now, queued, mean, job)
+    for key, (kind, held_now, queued, job) in amounts.items():
+        loads[key] = TypeLoad(kind, held_now, queued, 0.0, job)
     return loads
 
 

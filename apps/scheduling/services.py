@@ -143,6 +143,7 @@ def _note_type_loads(snapshot: Snapshot) -> None:
             ActionLoadStat(
                 tenant_id=tenant_id,
                 type=type_,
+                job=load.job,
                 kind=load.kind,
                 held=load.held,
                 mean_held=load.mean_held,
@@ -154,7 +155,7 @@ def _note_type_loads(snapshot: Snapshot) -> None:
             kept,
             update_conflicts=True,
             unique_fields=["tenant", "type"],
-            update_fields=["kind", "held", "mean_held", "updated_at"],
+            update_fields=["job", "kind", "held", "mean_held", "updated_at"],
         )
     if gone:
         ActionLoadStat.objects.filter(

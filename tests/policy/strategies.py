@@ -19,6 +19,8 @@ from tangram_policy.types import (
 
 TENANTS = ("a", "b", "c")
 TYPES = ("python", "tests", "reward")
+#: Jobs actions and type loads are of ("": none named): room kept within one job or not.
+JOBS = ("", "run-1", "run-2")
 WARM_KEYS = ("image:a", "image:b", "model:rm")
 
 
@@ -61,6 +63,7 @@ def pending_actions(draw: st.DrawFn, index: int) -> PendingAction:
         demand=demand,
         submitted_at=float(draw(st.integers(0, 100))),
         priority=draw(st.integers(0, 2)),
+        job=draw(st.sampled_from(JOBS)),
         duration_hint_s=draw(st.none() | st.floats(0.1, 100.0)),
         elasticity=Elasticity(
             min_units=1,
@@ -185,6 +188,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 draw(st.floats(0.0, 8.0)),
                 draw(st.floats(0.0, 8.0)),
                 draw(st.floats(0.0, 16.0)),
+                draw(st.sampled_from(JOBS)),
             )
             for tenant in TENANTS
             for kind in TYPES

@@ -11,10 +11,10 @@ import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tangram_policy.pool import partial_view
+from tangram_policy.pool import Pool, partial_view
 from tangram_policy.registry import POLICIES, get_policy
 from tangram_policy.types import EPSILON, Elasticity, PendingAction, Snapshot, TenantQuota
 from tests.policy.strategies import snapshots
@@ -196,3 +196,23 @@ def test_a_quota_bounds_only_the_kinds_it_names() -> None:
     assert quota.guarantee_bounds({"gpu": 1.0, "memory": 512.0}) == (("gpu", 1.0, 0.0),)
     assert quota.guarantee_bounds({"memory": 512.0}) is None  # nothing managed: it borrows
     assert quota.guarantee_bounds({"cpu": 0.0}) == ()
+
+
+@SETTINGS
+@given(snapshot=snapshots(), data=st.data())
+def test_the_room_on_a_set_of_nodes_follows_every_charge(
+    snapshot: Snapshot, data: st.DataObject
+) -> None:
+    """``Pool.room_on`` sums a node set's room once and then keeps it as placements
+    (and units taken back, negative) charge its nodes: it must equal a fresh sum."""
+    pool = Pool(partial_view(snapshot))
+    types = sorted({t for node in pool.nodes.values() for t in node.executors})
+    assume(types and pool.free)
+    offering = pool.offering(data.draw(st.sampled_from(types)))
+    pool.room_on("cpu", offering)
+    for _ in range(data.draw(st.integers(1, 6))):
+        node = data.draw(st.sampled_from(sorted(pool.free)))
+        amount = data.draw(st.floats(-4.0, 4.0))
+        pool.charge("t", node, pool.plan({"cpu": amount, "memory": 1.0}))
+    fresh = sum(pool.free[n].get("cpu", 0.0) for n in offering if n in pool.free)
+    assert pool.room_on("cpu", offering) == pytest.approx(fresh)

@@ -391,6 +391,54 @@ def test_long_jobs_leave_room_for_the_cores_a_short_type_held_lately() -> None:
     assert placed(jobs) == 8
 
 
+def test_room_is_kept_on_the_nodes_that_run_the_short_type() -> None:
+    """As above, with a GPU host beside the node whose 64 idle cores the calls
+    cannot use: the jobs still leave the calls 9 cores on their node. Jobs
+    on a node the calls never run on leave them nothing there."""
+    shared = Node("n", {"cpu": 16.0}, frozenset({"python", "job"}))
+    gpu_host = Node("g", {"cpu": 64.0}, frozenset({"judge"}))
+    running = [RunningAction("r", "t", "python", "n", {"cpu": 2.0}, 0.0)]
+    stats = {("t", "python"): DurationStat(50, 1.0), ("t", "job"): DurationStat(5, 100.0)}
+    loads = {("t", "python"): TypeLoad("cpu", held=1.0, queued=0.0, mean_held=5.0)}
+    jobs = [_action(f"j{i}", type="job", submitted_at=90.0) for i in range(8)]
+
+    def placed(nodes: list[Node], held: list[RunningAction] = running) -> int:
+        snapshot = replace(_snapshot(nodes, jobs, held, None, stats), type_loads=loads)
+        return len(TangramPolicy().decide(partial_view(snapshot)).placements)
+
+    assert placed([shared]) == 5
+    assert placed([shared, gpu_host]) == 5  # the GPU host's cores are none of the calls'
+    jobs_only = Node("n", {"cpu": 16.0}, frozenset({"job"}))
+    calls_only = Node("p", {"cpu": 16.0}, frozenset({"python"}))
+    on_p = [replace(running[0], node="p")]
+    assert placed([jobs_only, calls_only], on_p) == 8  # the calls' room is on p
+
+
+def test_a_saturated_job_keeps_no_room_from_its_own_long_work_for_its_short_calls() -> None:
+    """A job whose long type alone queues more than its nodes have free gets its
+    short calls back only as that work ends (unseen-78-18): it keeps them no room
+    from it. Another job's long work, or its own while its nodes have room to
+    spare, still leaves them 9 of the 14 free cores."""
+    node = Node("n", {"cpu": 16.0}, frozenset({"python", "job"}))
+    running = [RunningAction("r", "t", "python", "n", {"cpu": 2.0}, 0.0)]
+    stats = {("t", "python"): DurationStat(50, 1.0), ("t", "job"): DurationStat(5, 100.0)}
+
+    def placed(count: int, job: str, calls_job: str = "a") -> int:
+        jobs = [_action(f"j{i}", type="job", job=job, submitted_at=90.0) for i in range(count)]
+        loads = {
+            ("t", "python"): TypeLoad("cpu", held=1.0, queued=0.0, mean_held=5.0, job=calls_job),
+            ("t", "job"): TypeLoad("cpu", held=0.0, queued=float(count), mean_held=0.0, job=job),
+        }
+        snapshot = replace(_snapshot([node], jobs, running, None, stats), type_loads=loads)
+        return len(TangramPolicy().decide(partial_view(snapshot)).placements)
+
+    assert placed(20, job="a") == 14  # 20 queued on 14 free: saturated, nothing kept
+    assert placed(8, job="a") == 5  # room to spare: its calls keep theirs
+    assert placed(20, job="b") == 5  # another job's calls
+    assert placed(20, job="a", calls_job="") == 5  # whose calls is not known
+    assert placed(20, job="") == 5
+
+
 def test_a_long_job_goes_ahead_of_fresh_short_calls_only_after_four_times_its_length() -> None:
     """One tenant's 240 s GPU job and its 6 s judge call wait for the one GPU that
     freed; nothing holds it (the call fits). The job has waited 600 s: at an aging

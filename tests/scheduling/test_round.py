@@ -363,6 +363,26 @@ def test_a_round_hands_each_types_load_on_to_the_next():
     assert not ActionLoadStat.objects.exists()
 
 
+def test_a_types_load_names_its_job_also_while_the_type_is_away():
+    """A type's load carries the job its actions are of, kept in ``ActionLoadStat``
+    for the rounds where none of them runs or waits; "" while several jobs'."""
+    NodeFactory(capacity={"cpu": 8, "memory": 100_000})
+    tenant = TenantFactory()
+    ActionFactory.create_batch(2, tenant=tenant, job="run-a", demand={"cpu": 1})
+    key = (str(tenant.id), "sleep")
+    assert scheduling_snapshot().type_loads[key].job == "run-a"
+    assert schedule_round().placed == 2
+    schedule_round()  # notes the type held by run-a
+    assert ActionLoadStat.objects.get(tenant=tenant, type="sleep").job == "run-a"
+    Action.objects.update(state="succeeded")
+    away = scheduling_snapshot().type_loads[key]
+    assert (away.held, away.queued, away.job) == (0.0, 0.0, "run-a")
+    ActionFactory(tenant=tenant, job="run-b", demand={"cpu": 1})
+    assert scheduling_snapshot().type_loads[key].job == "run-b"
+    ActionFactory(tenant=tenant, job="run-a", demand={"cpu": 1})
+    assert scheduling_snapshot().type_loads[key].job == ""
+
+
 def test_a_large_round_writes_every_placement_as_decided(settings):
     """More placements than one UPDATE writes: each lands with its node, allocation, units."""
     settings.TANGRAM_POLICY = "tangram"
