@@ -665,6 +665,7 @@ class _Round:
         self.setup_only: set[int] = set()
         #: Per tenant, room kept for its short types (``TangramPolicy._kept``).
         self.kept: dict[str, list[_Kept]] = {}
+        #: ``Snapshot.type_loads``, where room is kept: a job saturated by its own type.
         self.type_loads: Mapping[tuple[str, str], TypeLoad] = {}
         #: Per tenant, room its guaranteed entries keep on nodes still setting
         #: their keys up (``_hold_for_setup``): node, what is kept, that setup's length.

@@ -180,7 +180,7 @@ def _type_loads(
     queued ones ask (at minimum units), its mean held, brought up to ``now`` from
     ``ActionLoadStat`` (what the latest round saw it hold, held since), and its job:
     the one its actions now are of, else the one the latest round saw ("": several)."""
-    #: (tenant, type) -> [kind, held, queued, job or None (several)]
+    #: (tenant, type) -> [kind, held, queued, job ("": several jobs')]
     amounts: dict[tuple[str, str], list[Any]] = {}
 
     def amount(key: tuple[str, str], kind: str, job: str) -> list[Any]:
