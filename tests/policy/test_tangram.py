@@ -72,6 +72,36 @@ def test_shortest_expected_work_goes_first() -> None:
     assert [p.action_id for p in fifo.placements] == ["long"]
 
 
+def test_the_first_action_of_a_type_never_seen_probes_it_ahead_of_the_queue() -> None:
+    """Python calls take 3 s; a check type has never run. Ordered by the 10 s
+    cold-start prior, the checks would wait behind every call; instead the
+    first of them runs ahead, one at a time, until one has ended."""
+    stats = {("t", "python"): DurationStat(20, 3.0)}
+    node = Node("n", {"cpu": 1.0}, frozenset({"python", "check"}))
+    calls = [_action(f"p{i}", submitted_at=float(i)) for i in range(3)]
+    checks = [_action(f"c{i}", type="check", submitted_at=10.0 + i) for i in range(2)]
+    snapshot = _snapshot([node], [*calls, *reversed(checks)], stats=stats)
+    decide = get_policy("tangram").decide
+    assert [p.action_id for p in decide(snapshot).placements] == ["c0"]
+    assert [p.action_id for p in get_policy("tangram-no-ordering").decide(snapshot).placements] == [
+        "p0"
+    ]
+    # One check runs: the rest wait their turn as 10 s actions.
+    running = replace(
+        snapshot,
+        pending=(*calls, checks[1]),
+        type_loads={("t", "check"): TypeLoad("cpu", held=1.0, queued=1.0, mean_held=1.0)},
+    )
+    assert [p.action_id for p in decide(running).placements] == ["p0"]
+    # Known from another tenant, or hinted, the type is not probed.
+    other = replace(snapshot, duration_stats={**stats, ("u", "check"): DurationStat(5, 20.0)})
+    assert [p.action_id for p in decide(other).placements] == ["p0"]
+    hinted = replace(
+        snapshot, pending=(*calls, *(replace(c, duration_hint_s=30.0) for c in checks))
+    )
+    assert [p.action_id for p in decide(hinted).placements] == ["p0"]
+
+
 def test_best_fit_keeps_a_whole_node_for_a_large_request() -> None:
     nodes = [Node("big", {"cpu": 16.0}, CPU), Node("small", {"cpu": 4.0}, CPU)]
     pending = [

@@ -381,7 +381,9 @@ def test_tangram_keeps_each_image_on_a_node_that_holds_it_when_nodes_keep_one() 
     count, nodes = pulls("tangram")
     assert count == 2  # the two pulls, one per image
     assert nodes["t"].isdisjoint(nodes["u"])
-    assert pulls("tangram-no-affinity")[0] > 24
+    # Blind to warm slots, half or more of the 48 actions pull (fifo: 42).
+    assert pulls("tangram-no-affinity")[0] >= 24
+    assert pulls("fifo")[0] > 24
 
 
 def test_partitioned_keeps_each_task_on_its_share() -> None:
