@@ -485,7 +485,7 @@ class TangramPolicy:
             else:
                 key = submitted - 1e9 * action.priority
             entries = target.entries
-            if target.unseen:
+            if target.unseen and action.duration_hint_s is None:
                 pair = (action.tenant, action.type)
                 probe = probes.get(pair)
                 if probe is None or (submitted, action.id) < _order(probe[0][probe[1]]):

@@ -79,7 +79,10 @@ def test_the_first_action_of_a_type_never_seen_probes_it_ahead_of_the_queue() ->
     stats = {("t", "python"): DurationStat(20, 3.0)}
     node = Node("n", {"cpu": 1.0}, frozenset({"python", "check"}))
     calls = [_action(f"p{i}", submitted_at=float(i)) for i in range(3)]
-    checks = [_action(f"c{i}", type="check", submitted_at=10.0 + i) for i in range(2)]
+    demand = {"cpu": 1.0}  # one object, as a client's actions of a type share it
+    checks = [
+        _action(f"c{i}", type="check", demand=demand, submitted_at=10.0 + i) for i in range(2)
+    ]
     snapshot = _snapshot([node], [*calls, *reversed(checks)], stats=stats)
     decide = get_policy("tangram").decide
     assert [p.action_id for p in decide(snapshot).placements] == ["c0"]
@@ -100,6 +103,9 @@ def test_the_first_action_of_a_type_never_seen_probes_it_ahead_of_the_queue() ->
         snapshot, pending=(*calls, *(replace(c, duration_hint_s=30.0) for c in checks))
     )
     assert [p.action_id for p in decide(hinted).placements] == ["p0"]
+    # Of checks some of which are hinted, the first without a hint probes.
+    mixed = replace(snapshot, pending=(*calls, checks[1], replace(checks[0], duration_hint_s=30.0)))
+    assert [p.action_id for p in decide(mixed).placements] == ["c1"]
 
 
 def test_best_fit_keeps_a_whole_node_for_a_large_request() -> None:
