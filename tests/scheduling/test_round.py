@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from apps.actions.models import Action, ActionEvent, ActionLoadStat
+from apps.actions.models import Action, ActionDurationStat, ActionEvent, ActionLoadStat
 from apps.actions.selectors import placed_usage
 from apps.actions.services import actions_submit
 from apps.inventory.models import WarmKeyUse
@@ -381,6 +381,35 @@ def test_a_types_load_names_its_job_also_while_the_type_is_away():
     assert scheduling_snapshot().type_loads[key].job == "run-b"
     ActionFactory(tenant=tenant, job="run-a", demand={"cpu": 1})
     assert scheduling_snapshot().type_loads[key].job == ""
+
+
+def test_a_type_never_seen_is_probed_once_while_its_probe_runs():
+    """Calls of a type known to take 3 s queue before two of a type never run: the
+    first of those goes ahead of them (the policy's probe), and the next round,
+    seeing it placed, orders the second by the cold-start prior, behind the calls."""
+    NodeFactory(capacity={"cpu": 1, "memory": 8192})
+    tenant = TenantFactory()
+    ActionDurationStat.objects.create(tenant=tenant, type="sleep", count=20, mean_s=3.0)
+    now = timezone.now()
+    calls = [
+        ActionFactory(tenant=tenant, submitted_at=now - timedelta(seconds=10 - i)) for i in (0, 1)
+    ]
+    probes = [
+        ActionFactory(
+            tenant=tenant, type="sandbox.bash", submitted_at=now - timedelta(seconds=5 - i)
+        )
+        for i in (0, 1)
+    ]
+    assert schedule_round().placed == 1
+    assert set(Action.objects.exclude(state="queued").values_list("id", flat=True)) == {
+        probes[0].id
+    }
+    NodeFactory(capacity={"cpu": 1, "memory": 8192})
+    assert schedule_round().placed == 1
+    assert set(Action.objects.exclude(state="queued").values_list("id", flat=True)) == {
+        probes[0].id,
+        calls[0].id,
+    }
 
 
 def test_a_large_round_writes_every_placement_as_decided(settings):
