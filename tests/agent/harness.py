@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -127,3 +128,11 @@ async def running_agent(
 
 def arun(scenario: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0, what: str = "a check") -> None:
+    """Wait for ``check`` to hold: a machine under load may take its time, never forever."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 from tangram_agent.cgroups import CGROUP_ROOT
 from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExecutor
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
-from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment
+from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment, until
 
 #: Runs long enough to be resized while it runs.
 NAPPER = "import time; time.sleep(4); print('done')"
@@ -61,13 +60,6 @@ async def sandboxed_pid(sandbox: Sandbox) -> int:
         assert time.monotonic() < deadline, "the run never launched"
         await asyncio.sleep(0.05)
     return pids[0]
-
-
-async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
 
 
 async def reported(server: FakeServer, action: str, cpu: float) -> None:
