@@ -19,7 +19,7 @@ from tangram_agent.config import AgentConfig
 from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExecutor
 from tangram_agent.protocol import PROTOCOL_VERSION
 from tests.agent.conftest import make_assignment, needs_bwrap
-from tests.agent.harness import TOKEN, FakeServer, arun, running_agent, sleep_assignment
+from tests.agent.harness import TOKEN, FakeServer, arun, running_agent, sleep_assignment, until
 
 
 def test_registers_with_token_capacity_and_executors() -> None:
@@ -85,8 +85,7 @@ def test_assign_reports_started_then_result_and_ack_clears_it() -> None:
             assert result["exit_code"] == 0
             assert result["finished_at"] >= result["started_at"] >= started["started_at"] - 1
             await server.send({"type": "ack", "action": "a1", "attempt": 1})
-            await asyncio.sleep(0.1)
-            assert agent._unacked == {}
+            await until(lambda: agent._unacked == {}, what="the ack to clear the result")
 
     arun(scenario)
 

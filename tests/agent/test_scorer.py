@@ -10,7 +10,7 @@ from typing import Any
 from tangram_agent import batches
 from tangram_agent.executors import Executor, Sandbox, ScorerExecutor, SleepExecutor
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
-from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment
+from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment, until
 
 pytestmark = needs_bwrap
 
@@ -152,8 +152,7 @@ def test_cancelled_members_leave_and_the_run_dies_with_the_last(sandbox: Sandbox
                 await server.send({"type": "assign", "action": assignment})
             await server.next("started")
             await server.next("started")
-            await asyncio.sleep(1.0)  # the scorer is running
-            assert sandbox_processes(sandbox, settle_s=0)
+            await until(lambda: bool(sandbox_processes(sandbox, settle_s=0)), what="the scorer")
             await server.send({"type": "cancel", "action": "s1", "attempt": 1})
             first = (await results(server, 1, timeout=5))["s1"]
             assert first["state"] == "cancelled"
