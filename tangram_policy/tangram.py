@@ -488,7 +488,7 @@ class TangramPolicy:
             if target.unseen and action.duration_hint_s is None:
                 pair = (action.tenant, action.type)
                 probe = probes.get(pair)
-                if probe is None or (submitted, action.id) < _order(probe[0][probe[1]]):
+                if probe is None or (submitted, action.id) < _arrival_order(probe[0][probe[1]]):
                     probes[pair] = (entries, len(entries))
             entries.append((key, action.id, work, action, submitted, ()))
         for entries, position in probes.values():
@@ -651,7 +651,7 @@ def cheapest_batch(count: int, slots: int, largest: int, marginal: float) -> int
     return best
 
 
-def _order(entry: Entry) -> tuple[float, str]:
+def _arrival_order(entry: Entry) -> tuple[float, str]:
     """First come, first served: an entry's submit time, then its action's id."""
     return entry[4], entry[1]
 
