@@ -27,7 +27,8 @@ first batch, the mean of the later ones and their ratio, and the model's size.
 
 ``--sizes``: instead of the two modes, batches of each size (and of one) on
 the resident scorer, ``--batches`` of each after one that loads the weights,
-with the ``marginal`` the policy would learn from the median batch of each
+with each size's first batch (the first to meet its shapes) and the
+``marginal`` the policy would learn from the median batch of each
 (``tangram_policy.estimate.batch_update``: each member past the first adds
 that fraction of one run). The workloads' ``batch.marginal`` is this number
 for their reward models.
@@ -273,14 +274,18 @@ async def run_sizes(
 
 
 def print_sizes(times: dict[int, list[float]]) -> None:
-    """Per size: median batch, per member, and the marginal the policy would learn
-    from it against the median batch of one."""
+    """Per size: its first batch (above one, the first to meet its shapes, where per-shape
+    kernel plans are built), median batch, per member, and the marginal the policy
+    would learn from the median against the median batch of one."""
     alone = statistics.median(times[1])
-    print(f"{'size':>5} {'batch ms':>9} {'per member ms':>14} {'marginal':>9}")
+    print(f"{'size':>5} {'first ms':>9} {'batch ms':>9} {'per member ms':>14} {'marginal':>9}")
     for size, took in sorted(times.items()):
         batch = statistics.median(took)
         marginal = batch_update(None, batch, size, alone).marginal if size > 1 else float("nan")
-        print(f"{size:>5} {batch * 1000:>9.1f} {batch * 1000 / size:>14.2f} {marginal:>9.3f}")
+        print(
+            f"{size:>5} {took[0] * 1000:>9.1f} {batch * 1000:>9.1f} "
+            f"{batch * 1000 / size:>14.2f} {marginal:>9.3f}"
+        )
 
 
 def write_weights(python: str, models: Path, shape: dict[str, int], model: str) -> int:
