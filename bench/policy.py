@@ -5,6 +5,7 @@
     python -m bench.policy fixtures/workloads/mixed.yaml --format json
     python -m bench.policy fixtures/workloads/mixed.yaml --ablations
     python -m bench.policy fixtures/workloads/longtail.yaml --hints 0.5
+    python -m bench.policy fixtures/workloads/protect.yaml --remaining-hints 1
     python -m bench.policy fixtures/workloads/gpuburst.yaml --by-type
 
 Metrics pool all seeds' actions and steps; ``min_ratio`` columns are the worst
@@ -12,7 +13,9 @@ seed, so a ratio that holds there holds on every seed. ``--savings`` bisects
 the pool scale (every node group by the same factor) for the smallest pool on
 which ``tangram``'s mean step time is at most ``static``'s on the full pool.
 ``--hints CV`` has the clients hint every action's run time, off by a
-lognormal factor of mean 1 and that coefficient of variation (0: exact).
+lognormal factor of mean 1 and that coefficient of variation (0: exact);
+``--remaining-hints CV`` has them hint, with each action, what its trajectory
+will still run after it (``remaining_hint_s``), off likewise.
 ``--by-type`` tells where each action type's ACT went: its mean wait in the
 queue (the rest is setup, start and run) and the units it ended on (the JSON
 has these always, as ``by_type``).
@@ -330,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
         "--hints", type=float, metavar="CV", help="clients hint run times to within this cv"
     )
     parser.add_argument(
+        "--remaining-hints",
+        type=float,
+        metavar="CV",
+        help="clients hint what each trajectory runs after each action to within this cv",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel"
     )
     parser.add_argument(
@@ -338,10 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     workload = parse_workload(parser, args.workload)
-    if args.hints is not None:
-        if args.hints < 0:
-            parser.error(f"--hints: expected a coefficient of variation >= 0, got {args.hints:g}")
-        workload = workload.with_hints(args.hints)
+    for flag, cv in (("--hints", args.hints), ("--remaining-hints", args.remaining_hints)):
+        if cv is not None and cv < 0:
+            parser.error(f"{flag}: expected a coefficient of variation >= 0, got {cv:g}")
+    if args.hints is not None or args.remaining_hints is not None:
+        workload = workload.with_hints(args.hints, args.remaining_hints)
     seeds = parse_seeds(parser, args.seeds)
     names = [p for p in args.policies.split(",") if p]
     known = sorted({*BASELINES, *POLICIES})

@@ -196,7 +196,8 @@ class Client:
 
     def submit(self, type: str, payload: Mapping[str, Any] | None = None, **fields: Any) -> Action:
         """Submit one action: ``job``, ``trajectory``, ``demand``, ``priority``,
-        ``timeout_s``, ``duration_hint_s``, ``setup_hint_s`` go in ``fields``."""
+        ``timeout_s``, ``duration_hint_s``, ``remaining_hint_s``, ``setup_hint_s`` go
+        in ``fields``."""
         return Action.from_json(
             self._request("POST", f"{API}/actions", json=_action_body(type, payload, fields))
         )

@@ -47,6 +47,9 @@ class PendingAction:
     job: str = ""
     trajectory: str = ""
     duration_hint_s: float | None = None
+    #: The client's estimate of the run seconds (at minimum units) its trajectory
+    #: will still submit after this action: 0 for its last. Ordered by with its own.
+    remaining_hint_s: float | None = None
     elasticity: Elasticity = field(default_factory=Elasticity)
     #: Warm-state keys that skip setup on a node that has them, e.g. ``image:python3``.
     affinity: frozenset[str] = frozenset()

@@ -72,6 +72,7 @@ _ACTION = {
         "priority": {"type": "integer"},
         "split_gpus_slowdown": {"type": "number", "minimum": 1},
         "hint_cv": _AT_LEAST_0,
+        "remaining_hint_cv": _AT_LEAST_0,
     },
     "additionalProperties": False,
 }

@@ -633,6 +633,7 @@ class Simulation:
             batch_limit=t.batch_limit,
             setup_s=t.setup_s,
             duration_hint_s=self._hint(action),
+            remaining_hint_s=self._remaining_hint(action),
         )
         self.pending[action.id] = action
         load = self._load_of(action)
@@ -661,6 +662,22 @@ class Simulation:
         key = f"{self.workload.seed}:{trajectory.task.task.name}:{trajectory.step}:"
         rng = random.Random(f"{key}{trajectory.index}:{trajectory.turn}:{action.type.id}:hint")
         return action.base_s * Dist("lognormal", mean=1.0, cv=cv).sample(rng)
+
+    def _remaining_hint(self, action: _Action) -> float | None:
+        """The client's hint of what ``action``'s trajectory runs after it (its later
+        turns and reward, at min units), where its type has one: drawn like ``_hint``."""
+        cv = action.type.remaining_hint_cv
+        trajectory = action.trajectory
+        if cv is None or trajectory is None or action.is_lease:
+            return None
+        left = sum(base_s for _, _, base_s in trajectory.turns[trajectory.turn :])
+        if trajectory.reward_s >= 0:  # the reward is still to come (cleared as submitted)
+            left += trajectory.reward_s
+        if cv == 0 or left == 0:
+            return left
+        key = f"{self.workload.seed}:{trajectory.task.task.name}:{trajectory.step}:"
+        rng = random.Random(f"{key}{trajectory.index}:{trajectory.turn}:{action.type.id}:left")
+        return left * Dist("lognormal", mean=1.0, cv=cv).sample(rng)
 
     def _round(self) -> None:
         if not self.pending and not self._resizable:

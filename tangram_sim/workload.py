@@ -84,6 +84,9 @@ class ActionType:
     #: Clients hint each action's run time at min units, off by a lognormal
     #: factor with mean 1 and this coefficient of variation (0: exact); None: no hint.
     hint_cv: float | None = None
+    #: Clients hint, with each action, the run seconds (at min units) its
+    #: trajectory will submit after it, off likewise; None: no hint.
+    remaining_hint_cv: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +161,18 @@ class Workload:
         """The same workload on ``factor`` times the pool: whole nodes, then one partial node."""
         return replace(self, pool=tuple(replace(g, count=g.count * factor) for g in self.pool))
 
-    def with_hints(self, cv: float) -> Workload:
+    def with_hints(self, cv: float | None, remaining_cv: float | None = None) -> Workload:
         """The same workload with every action type's run time hinted by its clients
-        to within ``cv`` (``ActionType.hint_cv``)."""
+        to within ``cv`` (``ActionType.hint_cv``), and what its trajectory still
+        runs after it to within ``remaining_cv`` (``remaining_hint_cv``); None
+        leaves that hint as the workload has it."""
 
         def hinted(action: ActionType) -> ActionType:
-            return replace(action, hint_cv=cv)
+            if cv is not None:
+                action = replace(action, hint_cv=cv)
+            if remaining_cv is not None:
+                action = replace(action, remaining_hint_cv=remaining_cv)
+            return action
 
         tasks = tuple(
             replace(
@@ -229,6 +238,7 @@ def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
         priority=int(raw.get("priority", 0)),
         split_gpus_slowdown=float(raw.get("split_gpus_slowdown", 1.0)),
         hint_cv=float(raw["hint_cv"]) if "hint_cv" in raw else None,
+        remaining_hint_cv=float(raw["remaining_hint_cv"]) if "remaining_hint_cv" in raw else None,
     )
 
 

@@ -37,6 +37,9 @@ class Action(models.Model):
     priority = models.IntegerField(default=0)
     timeout_s = models.FloatField()
     duration_hint_s = models.FloatField(null=True, blank=True)
+    #: Run seconds (at minimum units) the client says the action's trajectory will
+    #: still submit after it: 0 for its last; null: not said.
+    remaining_hint_s = models.FloatField(null=True, blank=True)
     #: Seconds a run spends setting up on a node without its ``affinity`` keys
     #: (a scorer's model load), as the client says; null: none known.
     setup_hint_s = models.FloatField(null=True, blank=True)

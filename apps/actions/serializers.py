@@ -76,6 +76,14 @@ class ActionInputSerializer(serializers.Serializer):
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     timeout_s = serializers.FloatField(required=False, min_value=0.001)
     duration_hint_s = serializers.FloatField(required=False, min_value=0, allow_null=True)
+    remaining_hint_s = serializers.FloatField(
+        required=False,
+        min_value=0,
+        allow_null=True,
+        help_text="Run seconds (at minimum units) the action's trajectory will still submit "
+        "after it: 0 for its last. Ordered by with its own: a trajectory's ACTs sum to its "
+        "life less its think time, so actions of trajectories with little left go first.",
+    )
     setup_hint_s = serializers.FloatField(
         required=False,
         min_value=0,
@@ -218,6 +226,7 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "demand",
             "timeout_s",
             "duration_hint_s",
+            "remaining_hint_s",
             "setup_hint_s",
             "elasticity",
             "affinity",

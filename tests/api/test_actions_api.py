@@ -71,6 +71,8 @@ def test_submit_1000_at_once(owner, node):
         ({**PY, "setup_hint_s": -1}, "setup_hint_s"),
         ({**PY, "setup_hint_s": "slow"}, "setup_hint_s"),
         ({**PY, "duration_hint_s": -1}, "duration_hint_s"),
+        ({**PY, "remaining_hint_s": -1}, "remaining_hint_s"),
+        ({**PY, "remaining_hint_s": "soon"}, "remaining_hint_s"),
         ({"type": "sandbox.python", "payload": {"code": "x" * (2 * 1024 * 1024)}}, "payload"),
         (
             {"type": "sandbox.python", "payload": {"code": "x", "files": {"../a": "b"}}},
@@ -111,15 +113,16 @@ def test_bad_input_is_refused_naming_the_field(owner, node, body, field):
 
 
 def test_hints_are_stored_and_shown(owner, node):
-    body = {**PY, "duration_hint_s": 2.5, "setup_hint_s": 30}
+    body = {**PY, "duration_hint_s": 2.5, "setup_hint_s": 30, "remaining_hint_s": 0}
     response = owner.client.post(URL, body, format="json")
     assert response.status_code == 201
     shown = response.json()
-    assert (shown["duration_hint_s"], shown["setup_hint_s"]) == (2.5, 30.0)
+    hints = ("duration_hint_s", "setup_hint_s", "remaining_hint_s")
+    assert tuple(shown[name] for name in hints) == (2.5, 30.0, 0.0)
     action = Action.objects.get(pk=shown["id"])
-    assert (action.duration_hint_s, action.setup_hint_s) == (2.5, 30.0)
+    assert tuple(getattr(action, name) for name in hints) == (2.5, 30.0, 0.0)
     plain = owner.client.post(URL, PY, format="json").json()
-    assert (plain["duration_hint_s"], plain["setup_hint_s"]) == (None, None)
+    assert tuple(plain[name] for name in hints) == (None, None, None)
 
 
 def test_bulk_error_names_the_item_and_stores_nothing(owner, node):

@@ -65,6 +65,7 @@ def pending_actions(draw: st.DrawFn, index: int) -> PendingAction:
         priority=draw(st.integers(0, 2)),
         job=draw(st.sampled_from(JOBS)),
         duration_hint_s=draw(st.none() | st.floats(0.1, 100.0)),
+        remaining_hint_s=draw(st.none() | st.floats(0.0, 600.0)),
         elasticity=Elasticity(
             min_units=1,
             max_units=max_units,

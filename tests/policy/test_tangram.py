@@ -72,6 +72,42 @@ def test_shortest_expected_work_goes_first() -> None:
     assert [p.action_id for p in fifo.placements] == ["long"]
 
 
+def test_an_action_whose_trajectory_has_less_left_goes_first() -> None:
+    """A trajectory's ACTs sum to its life less its think time: of two equal edits,
+    the one whose trajectory ends after it (a hint of 0 s left) goes ahead of an
+    earlier one whose trajectory still has 300 s of runs to submit, and ahead of a
+    short one early in a long trajectory. Without hints, shortest work first."""
+    stats = {("t", "edit"): DurationStat(20, 5.0), ("t", "lint"): DurationStat(20, 1.0)}
+    node = Node("n", {"cpu": 1.0}, frozenset({"edit", "lint"}))
+    pending = [
+        _action("early", type="edit", submitted_at=0.0, remaining_hint_s=300.0),
+        _action("lint", type="lint", submitted_at=1.0, remaining_hint_s=120.0),
+        _action("last", type="edit", submitted_at=2.0, remaining_hint_s=0.0),
+    ]
+    decision = get_policy("tangram").decide(_snapshot([node], pending, stats=stats))
+    assert [p.action_id for p in decision.placements] == ["last"]
+    unhinted = [replace(action, remaining_hint_s=None) for action in pending]
+    decision = get_policy("tangram").decide(_snapshot([node], unhinted, stats=stats))
+    assert [p.action_id for p in decision.placements] == ["lint"]
+
+
+def test_a_long_remaining_hint_still_ages_ahead() -> None:
+    """What a trajectory has left counts in the key, and aging bounds it: an equal
+    action hinted 0 s left passes one hinted 300 s left only if submitted less
+    than 300 s / aging_rate after it."""
+    stats = {("t", "edit"): DurationStat(20, 5.0)}
+    node = Node("n", {"cpu": 1.0}, frozenset({"edit"}))
+    bound = 300.0 / TangramConfig().aging_rate
+    for fresh_at, first in ((bound - 1.0, "fresh"), (bound + 1.0, "old")):
+        pending = [
+            _action("old", type="edit", submitted_at=0.0, remaining_hint_s=300.0),
+            _action("fresh", type="edit", submitted_at=fresh_at, remaining_hint_s=0.0),
+        ]
+        snapshot = _snapshot([node], pending, stats=stats, now=bound + 2.0)
+        decision = get_policy("tangram").decide(snapshot)
+        assert [p.action_id for p in decision.placements] == [first]
+
+
 def test_the_first_action_of_a_type_never_seen_probes_it_ahead_of_the_queue() -> None:
     """Python calls take 3 s; a check type has never run. Ordered by the 10 s
     cold-start prior, the checks would wait behind every call; instead the

@@ -203,6 +203,22 @@ def test_an_elastic_action_gets_more_units_on_an_idle_pool(settings):
     assert (rigid.units, rigid.allocation) == (1, {"cpu": 1, "memory": 16})
 
 
+def test_the_last_action_of_a_trajectory_goes_ahead_of_one_early_in_another(settings):
+    """remaining_hint_s reaches the policy from the database: of two equal actions
+    and room for one, the one whose trajectory ends after it is placed, though
+    submitted later."""
+    settings.TANGRAM_POLICY = "tangram"
+    NodeFactory(capacity={"cpu": 1, "memory": 100_000})
+    tenant = TenantFactory()
+    early = ActionFactory(tenant=tenant, demand={"cpu": 1}, duration_hint_s=5, remaining_hint_s=300)
+    last = ActionFactory(tenant=tenant, demand={"cpu": 1}, duration_hint_s=5, remaining_hint_s=0)
+    Action.objects.filter(pk=last.pk).update(submitted_at=early.submitted_at + timedelta(seconds=1))
+    assert schedule_round().placed == 1
+    early.refresh_from_db()
+    last.refresh_from_db()
+    assert (early.state, last.state) == ("queued", "assigned")
+
+
 def test_affinity_prefers_the_warm_node(settings):
     settings.TANGRAM_POLICY = "tangram"
     # Best fit alone would pick the tighter cold node.

@@ -15,7 +15,7 @@ import pytest
 from tangram_policy.types import Decision, Placement, Snapshot, TypeLoad
 from tangram_sim.sim import PolicyError, Simulation, simulate
 from tangram_sim.trace import read_trace, replay, write_trace
-from tangram_sim.workload import load_workload, workload_from_dict
+from tangram_sim.workload import Workload, load_workload, workload_from_dict
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "fixtures" / "workloads"
 
@@ -481,10 +481,12 @@ class _HintsSeen:
 
         self.inner = FifoPolicy()
         self.hints: dict[str, float | None] = {}
+        self.remaining: dict[str, float | None] = {}
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for action in snapshot.pending:
             self.hints[action.id] = action.duration_hint_s
+            self.remaining[action.id] = action.remaining_hint_s
         return self.inner.decide(snapshot)
 
 
@@ -547,6 +549,32 @@ def test_clients_hint_run_times_only_where_the_workload_says_so() -> None:
     assert {a.hint_cv for a in hinted.action_types().values()} == {0.25}
 
 
+def test_clients_hint_what_a_trajectory_still_runs_after_each_action() -> None:
+    """Two 5 s runs, then a 7 s reward: with exact hints the first run has 12 s
+    after it, the second 7 s, the reward none; noisy ones are off per action but
+    the last stays 0, and every run sees the same."""
+    raw = _workload()
+    raw["tasks"][0]["reward"] = {
+        "type": "score",
+        "executor": "sandbox",
+        "demand": {"cpu": 1},
+        "duration_s": 7,
+    }
+
+    def remaining(workload: Workload) -> list[float | None]:
+        policy = _HintsSeen()
+        result = Simulation(workload, policy, keep_records=True).run()
+        return [policy.remaining[r.id] for r in sorted(result.records, key=lambda r: r.submitted)]
+
+    plain = workload_from_dict(raw)
+    assert remaining(plain) == [None, None, None]
+    assert remaining(plain.with_hints(None, 0)) == [12.0, 7.0, 0.0]
+    noisy = remaining(plain.with_hints(None, 0.5))
+    assert noisy[0] != 12.0 and noisy[1] != 7.0 and noisy[2] == 0.0
+    assert noisy == remaining(plain.with_hints(None, 0.5))
+    assert {a.hint_cv for a in plain.with_hints(None, 0.5).action_types().values()} == {None}
+
+
 def test_the_bench_takes_hints_and_refuses_a_negative_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -559,10 +587,13 @@ def test_the_bench_takes_hints_and_refuses_a_negative_error(
         runs[bool(hints)] = json.loads(capsys.readouterr().out)["policies"]
     assert runs[True]["fifo"] == runs[False]["fifo"]  # fifo reads no hint
     assert runs[True]["tangram"]["mean_act_s"] != runs[False]["tangram"]["mean_act_s"]
-    with pytest.raises(SystemExit) as refused:
-        main([path, "--hints", "-1"])
-    assert refused.value.code == 2
-    assert "--hints: expected a coefficient of variation >= 0, got -1" in capsys.readouterr().err
+    for flag in ("--hints", "--remaining-hints"):
+        with pytest.raises(SystemExit) as refused:
+            main([path, flag, "-1"])
+        assert refused.value.code == 2
+        assert f"{flag}: expected a coefficient of variation >= 0, got -1" in (
+            capsys.readouterr().err
+        )
 
 
 def test_gpus_split_across_interconnect_groups_run_slower() -> None:
