@@ -483,7 +483,8 @@ class TangramPolicy:
             submitted = action.submitted_at
             if ordering:
                 priority = action.priority
-                left = work + max(action.remaining_hint_s or 0.0, 0.0)
+                rest = action.remaining_hint_s  # what its trajectory runs after it
+                left = work + rest if rest is not None and rest > 0.0 else work
                 scaled = left if priority == 0 else left * 2.0 ** (-priority)
                 key = scaled + aging * submitted
             else:
