@@ -13,15 +13,15 @@ One round, from a snapshot, in five passes:
    above it ``cheapest_batch`` sizes them. A batch is placed as one member's
    demand, shared evenly by its members.
 2. **Order.** Shortest expected work first: the expected duration (hint, else
-   learned per tenant and type, else a prior), plus what the client says its
+   learned per tenant and type, else a prior) plus what the client says its
    trajectory still has to run after it (``remaining_hint_s``: a trajectory's
    ACTs sum to its life less its think time, so the mean ACT is served by
-   finishing the trajectories with the least left), scaled by ``2 **
-   -priority``, plus ``aging_rate`` x submit time. The key is fixed per
-   action, so an action can only be overtaken by actions submitted before
-   ``submitted_at + (work + remaining) / aging_rate``: waits are bounded. A type nothing
-   is known of (none has finished or runs, no hint) is probed: its first
-   action in line is ordered as if it took no time.
+   finishing the trajectories with the least left), scaled by
+   ``2 ** -priority``, plus ``aging_rate`` x submit time. The key is fixed
+   per action, so an action can only be overtaken by actions submitted
+   before ``submitted_at + (work + remaining) / aging_rate``: waits are
+   bounded. A type nothing is known of (none has finished or runs, no hint)
+   is probed: its first action in line is ordered as if it took no time.
 3. **Quotas.** Actions within their tenant's guarantee are placed first, in
    order. The rest borrow idle capacity up to their limits, the tenant with the
    lowest dominant-resource share / weight first (Kueue-style fair sharing),
