@@ -657,15 +657,11 @@ class Simulation:
         trajectory = action.trajectory
         if cv is None or trajectory is None or action.is_lease:
             return None
-        if cv == 0:
-            return action.base_s
-        key = f"{self.workload.seed}:{trajectory.task.task.name}:{trajectory.step}:"
-        rng = random.Random(f"{key}{trajectory.index}:{trajectory.turn}:{action.type.id}:hint")
-        return action.base_s * Dist("lognormal", mean=1.0, cv=cv).sample(rng)
+        return self._as_hinted(action, trajectory, action.base_s, cv, "hint")
 
     def _remaining_hint(self, action: _Action) -> float | None:
         """The client's hint of what ``action``'s trajectory runs after it (its later
-        turns and reward, at min units), where its type has one: drawn like ``_hint``."""
+        turns and reward, at min units), where its type has one."""
         cv = action.type.remaining_hint_cv
         trajectory = action.trajectory
         if cv is None or trajectory is None or action.is_lease:
@@ -673,11 +669,18 @@ class Simulation:
         left = sum(base_s for _, _, base_s in trajectory.turns[trajectory.turn :])
         if trajectory.reward_s >= 0:  # the reward is still to come (cleared as submitted)
             left += trajectory.reward_s
-        if cv == 0 or left == 0:
-            return left
+        return self._as_hinted(action, trajectory, left, cv, "left")
+
+    def _as_hinted(
+        self, action: _Action, trajectory: _Trajectory, exact: float, cv: float, tag: str
+    ) -> float:
+        """``exact`` off by a lognormal factor of mean 1 and ``cv``, drawn from the
+        trajectory, the turn, the type and ``tag``: the same under every policy."""
+        if cv == 0 or exact == 0:
+            return exact
         key = f"{self.workload.seed}:{trajectory.task.task.name}:{trajectory.step}:"
-        rng = random.Random(f"{key}{trajectory.index}:{trajectory.turn}:{action.type.id}:left")
-        return left * Dist("lognormal", mean=1.0, cv=cv).sample(rng)
+        rng = random.Random(f"{key}{trajectory.index}:{trajectory.turn}:{action.type.id}:{tag}")
+        return exact * Dist("lognormal", mean=1.0, cv=cv).sample(rng)
 
     def _round(self) -> None:
         if not self.pending and not self._resizable:
