@@ -27,6 +27,8 @@ class Action:
     state: str
     job: str = ""
     trajectory: str = ""
+    #: Actions its trajectory submitted before it (0: the first); None without a trajectory.
+    position: int | None = None
     priority: int = 0
     demand: dict[str, float] = field(default_factory=dict)
     timeout_s: float | None = None
@@ -71,6 +73,7 @@ class Action:
             state=str(data["state"]),
             job=data.get("job") or "",
             trajectory=data.get("trajectory") or "",
+            position=data.get("position"),
             priority=int(data.get("priority") or 0),
             demand=dict(data.get("demand") or {}),
             timeout_s=_float(data.get("timeout_s")),

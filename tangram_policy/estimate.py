@@ -10,9 +10,15 @@ estimate does not depend on how many units earlier runs happened to get.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from tangram_policy.types import BatchStat, DurationStat, Elasticity, PendingAction
+from tangram_policy.types import (
+    BatchStat,
+    DurationStat,
+    Elasticity,
+    PendingAction,
+    TrajectoryStat,
+)
 
 #: Seconds assumed for an action type never seen before and without a hint.
 COLD_START_PRIOR_S = 10.0
@@ -141,3 +147,34 @@ def expected_work(
     if stat is None or stat.count <= 0:
         return prior
     return (stat.mean_s * stat.count + prior * PRIOR_WEIGHT) / (stat.count + PRIOR_WEIGHT)
+
+
+def trajectory_update(
+    stat: TrajectoryStat | None, runs: Iterable[tuple[int, float]]
+) -> TrajectoryStat:
+    """Fold in a trajectory that has ended: ``runs`` are (position, seconds at
+    minimum units) of its actions. Only ended trajectories count: one under way
+    has passed its early positions and not yet run its later ones. One that goes
+    on after all adds its later actions at their positions when it ends again.
+    Plain sums: a trajectory's shape is its job's, and does not drift as a type's
+    run time can."""
+    counts = list(stat.counts) if stat is not None else []
+    work = list(stat.work_s) if stat is not None else []
+    for position, observed_s in runs:
+        if position >= len(counts):
+            counts.extend([0] * (position + 1 - len(counts)))
+            work.extend([0.0] * (position + 1 - len(work)))
+        counts[position] += 1
+        work[position] += observed_s
+    return TrajectoryStat(tuple(counts), tuple(work))
+
+
+def rest_by_position(stat: TrajectoryStat) -> tuple[float, ...]:
+    """Per position, the run its trajectories still had after their action there:
+    the work at all later positions over the trajectories that reached it."""
+    rests = [0.0] * len(stat.counts)
+    later = 0.0
+    for position in range(len(stat.counts) - 1, -1, -1):
+        rests[position] = later / max(stat.counts[position], 1)
+        later += stat.work_s[position]
+    return tuple(rests)

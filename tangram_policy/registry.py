@@ -23,6 +23,7 @@ ABLATIONS = (
     "batching",
     "shrinking",
     "growing",
+    "learned_rest",
 )
 
 

@@ -16,7 +16,9 @@ One round, from a snapshot, in five passes:
    learned per tenant and type, else a prior) plus what the client says its
    trajectory still has to run after it (``remaining_hint_s``: a trajectory's
    ACTs sum to its life less its think time, so the mean ACT is served by
-   finishing the trajectories with the least left), scaled by
+   finishing the trajectories with the least left; without the hint, what
+   its job's trajectories had left at its position, on average:
+   ``Snapshot.trajectory_stats``), scaled by
    ``2 ** -priority``, plus ``aging_rate`` x submit time. The key is fixed
    per action, so an action can only be overtaken by actions submitted
    before ``submitted_at + (work + remaining) / aging_rate``: waits are
@@ -107,6 +109,7 @@ from tangram_policy.estimate import (
     expected_marginal,
     expected_work,
     observed_work,
+    rest_by_position,
     type_priors,
 )
 from tangram_policy.pool import _NO_KEYS, _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
@@ -121,6 +124,7 @@ from tangram_policy.types import (
     Resize,
     Resources,
     Snapshot,
+    TrajectoryStat,
     TypeLoad,
 )
 
@@ -195,6 +199,9 @@ class TangramConfig:
     shrinking: bool = True
     #: Running elastic actions take more units (of kinds taken back) while the pool is idle.
     growing: bool = True
+    #: An action whose client gives no ``remaining_hint_s`` is ordered by what its
+    #: trajectory had left at its position on average (``Snapshot.trajectory_stats``).
+    learned_rest: bool = True
     #: Seconds of ordering key an action gains per second it waits. At 0.5, one
     #: tenant's long GPU jobs that had waited twice their length went ahead of its
     #: fresh judge calls on GPUs nobody takes back, and shortest-first became
@@ -429,6 +436,22 @@ class TangramPolicy:
             round_.expand(self._growable(snapshot, round_))
         return Decision(placements=tuple(round_.placements()), resizes=tuple(round_.resizes))
 
+    @staticmethod
+    def _learned_rest(
+        action: PendingAction,
+        position: int,
+        trajectory_stats: Mapping[tuple[str, str], TrajectoryStat],
+        rests: dict[tuple[str, str], tuple[float, ...]],
+    ) -> float:
+        """What ``action``'s trajectory had left after ``position`` on average, by its
+        job's trajectories; 0 where none of them got that far (or none was seen)."""
+        job = (action.tenant, action.job)
+        by_position = rests.get(job)
+        if by_position is None:
+            stat = trajectory_stats.get(job)
+            by_position = rests[job] = rest_by_position(stat) if stat is not None else ()
+        return by_position[position] if position < len(by_position) else 0.0
+
     def _classes(self, snapshot: Snapshot, pool: Pool) -> list[_Class]:
         config = self.config
         stats = snapshot.duration_stats
@@ -445,6 +468,9 @@ class TangramPolicy:
         batching = config.batching
         #: Per unseen (tenant, type), its first action's entry: (list, position).
         probes: dict[tuple[str, str], tuple[list[Entry], int]] = {}
+        trajectory_stats = snapshot.trajectory_stats if config.learned_rest else {}
+        #: Per (tenant, job), what its trajectories have left by position.
+        rests: dict[tuple[str, str], tuple[float, ...]] = {}
         for action in snapshot.pending:
             demand = action.demand
             spec = (
@@ -484,6 +510,8 @@ class TangramPolicy:
             if ordering:
                 priority = action.priority
                 rest = action.remaining_hint_s  # what its trajectory runs after it
+                if rest is None and trajectory_stats and action.position is not None:
+                    rest = self._learned_rest(action, action.position, trajectory_stats, rests)
                 left = work + rest if rest is not None and rest > 0.0 else work
                 scaled = left if priority == 0 else left * 2.0 ** (-priority)
                 key = scaled + aging * submitted

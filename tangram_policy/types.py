@@ -50,6 +50,10 @@ class PendingAction:
     #: The client's estimate of the run seconds (at minimum units) its trajectory
     #: will still submit after this action: 0 for its last. Ordered by with its own.
     remaining_hint_s: float | None = None
+    #: How many actions its trajectory submitted before it (0: the first); None:
+    #: not known. Without a ``remaining_hint_s``, what its trajectory still has to
+    #: run is learned by this position (``Snapshot.trajectory_stats``).
+    position: int | None = None
     elasticity: Elasticity = field(default_factory=Elasticity)
     #: Warm-state keys that skip setup on a node that has them, e.g. ``image:python3``.
     affinity: frozenset[str] = frozenset()
@@ -216,6 +220,21 @@ class BatchStat:
 
 
 @dataclass(frozen=True, slots=True)
+class TrajectoryStat:
+    """What one (tenant, job)'s trajectories ran, by position in the trajectory.
+
+    ``counts[k]`` of their actions at position ``k`` (0: a trajectory's first)
+    have finished, running ``work_s[k]`` seconds in all, at minimum units.
+    Every trajectory that reached position ``j`` passed each ``k < j``, so the
+    run a trajectory still has after its action at ``k`` is, on average, the
+    work at all later positions over ``counts[k]`` (``estimate.rest_by_position``).
+    """
+
+    counts: tuple[int, ...]
+    work_s: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TypeLoad:
     """What one (tenant, action type) asks of its primary ``kind``, at minimum
     units: ``held`` by its running actions, ``queued`` by its pending ones, and
@@ -262,6 +281,10 @@ class Snapshot:
     #: Per (tenant, action type), its load: a round keeps room for a short type
     #: that held more lately than it asks now. Empty: unknown, none is kept.
     type_loads: Mapping[tuple[str, str], TypeLoad] = field(default_factory=dict)
+    #: Per (tenant, job), what its trajectories ran by position: an action
+    #: without a ``remaining_hint_s`` is ordered by what its trajectory has left
+    #: on average at its ``position``. Empty: unknown, none is counted.
+    trajectory_stats: Mapping[tuple[str, str], TrajectoryStat] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from tangram_policy.estimate import (
     observed_work,
     speedup,
     stat_update,
+    trajectory_update,
     type_priors,
     work_at_min_units,
 )
@@ -57,6 +58,7 @@ from tangram_policy.types import (
     Resize,
     RunningAction,
     Snapshot,
+    TrajectoryStat,
     TypeLoad,
 )
 from tangram_sim.baselines import LEASE_SUFFIX, SimNodeSpec, build_nodes
@@ -131,7 +133,7 @@ class _Node:
 
 
 class _Trajectory:
-    __slots__ = ("task", "step", "index", "turns", "turn", "reward_s", "lease", "wait_s")
+    __slots__ = ("task", "step", "index", "turns", "turn", "reward_s", "lease", "wait_s", "works")
 
     def __init__(
         self,
@@ -148,6 +150,8 @@ class _Trajectory:
         self.reward_s = reward_s
         self.lease: _Action | None = None
         self.wait_s = 0.0
+        #: What each of its finished actions ran, at minimum units, by position.
+        self.works: list[float] = []
 
 
 class _TaskRun:
@@ -183,6 +187,7 @@ class _Action:
         "pending",
         "is_lease",
         "batch",
+        "position",
     )
 
     def __init__(
@@ -218,6 +223,8 @@ class _Action:
         #: A batch member's batch: its members, run time, and whether this member
         #: is its first (which hands what it cost to the policy's estimates).
         self.batch: tuple[int, float, bool] | None = None
+        #: Actions its trajectory submitted before it; None: a lease or a replay's.
+        self.position: int | None = None
 
 
 class _Load:
@@ -384,6 +391,8 @@ class Simulation:
         self.usage: dict[str, dict[str, float]] = {}
         self.stats: dict[tuple[str, str], DurationStat] = {}
         self.batch_stats: dict[tuple[str, str], BatchStat] = {}
+        #: Per (tenant, job): what its trajectories ran by position.
+        self.trajectory_stats: dict[tuple[str, str], TrajectoryStat] = {}
         #: Per (tenant, type): its primary kind, units held and queued, the mean
         #: held and when that mean was brought up to date (``Snapshot.type_loads``).
         self._loads: dict[tuple[str, str], _Load] = {}
@@ -567,6 +576,7 @@ class Simulation:
         if task.reward is not None and trajectory.reward_s >= 0:
             reward_s, trajectory.reward_s = trajectory.reward_s, -1.0
             action = self._new_action(task.reward, task.tenant, trajectory, reward_s)
+            action.position = len(trajectory.turns)
             self._submit(action)
             return
         self._trajectory_done(trajectory)
@@ -575,6 +585,7 @@ class Simulation:
         _, action_type, base_s = trajectory.turns[trajectory.turn]
         trajectory.turn += 1
         action = self._new_action(action_type, trajectory.task.task.tenant, trajectory, base_s)
+        action.position = trajectory.turn - 1
         if trajectory.turn == 1 and trajectory.wait_s:
             action.origin -= trajectory.wait_s
         self._submit(action)
@@ -584,6 +595,9 @@ class Simulation:
             self._release(trajectory.lease)
             trajectory.lease = None
         run = trajectory.task
+        job = (run.task.tenant, run.task.name)
+        stat = self.trajectory_stats.get(job)
+        self.trajectory_stats[job] = trajectory_update(stat, enumerate(trajectory.works))
         run.remaining -= 1
         if run.remaining:
             return
@@ -634,6 +648,7 @@ class Simulation:
             setup_s=t.setup_s,
             duration_hint_s=self._hint(action),
             remaining_hint_s=self._remaining_hint(action),
+            position=action.position,
         )
         self.pending[action.id] = action
         load = self._load_of(action)
@@ -723,6 +738,7 @@ class Simulation:
             warm_used_at=self._warm_used_at,
             batch_stats=self.batch_stats,
             type_loads=self._type_loads(),
+            trajectory_stats=self.trajectory_stats,
         )
         decision = self.policy.decide(snapshot)
         for resize in decision.resizes:
@@ -1057,11 +1073,12 @@ class Simulation:
         totals.act_s += act
         totals.wait_s += action.started - action.origin
         totals.units += action.units
+        work = work_at_min_units(action.type.elasticity, action.run_s, action.units)
+        trajectory = action.trajectory
+        if trajectory is not None and action.position is not None:
+            trajectory.works.append(work)  # a batch member's is its batch's run
         if action.batch is None:
-            self.stats[key] = stat_update(
-                self.stats.get(key),
-                work_at_min_units(action.type.elasticity, action.run_s, action.units),
-            )
+            self.stats[key] = stat_update(self.stats.get(key), work)
         else:  # what a scheduler sees of a batch: its members and how long it ran
             members, batch_s, first = action.batch
             single_s = (

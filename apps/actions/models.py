@@ -40,6 +40,13 @@ class Action(models.Model):
     #: Run seconds (at minimum units) the client says the action's trajectory will
     #: still submit after it: 0 for its last; null: not said.
     remaining_hint_s = models.FloatField(null=True, blank=True)
+    #: Actions its trajectory had submitted before it (0: the first); null: no
+    #: trajectory named. Without ``remaining_hint_s``, what the trajectory still has
+    #: to run is learned by this position (``TrajectoryPositionStat``).
+    position = models.PositiveIntegerField(null=True, blank=True)
+    #: Whether its run is in its job's ``TrajectoryPositionStat`` yet: its
+    #: trajectory is folded in once it has gone quiet (``trajectories_fold_ended``).
+    trajectory_counted = models.BooleanField(default=False)
     #: Seconds a run spends setting up on a node without its ``affinity`` keys
     #: (a scorer's model load), as the client says; null: none known.
     setup_hint_s = models.FloatField(null=True, blank=True)
@@ -95,6 +102,18 @@ class Action(models.Model):
             models.Index(fields=["tenant", "type", "finished_at"], name="action_stats_idx"),
             # A batch's members, read as each one ends (what the batch cost).
             models.Index(fields=["batch_id"], condition=~Q(batch_id=""), name="action_batch_idx"),
+            # A trajectory's actions, counted as one is submitted (its position).
+            models.Index(
+                fields=["tenant", "job", "trajectory"],
+                condition=~Q(trajectory=""),
+                name="action_trajectory_idx",
+            ),
+            # Trajectories not yet folded into their job's stat.
+            models.Index(
+                fields=["tenant", "job", "trajectory"],
+                condition=Q(position__isnull=False, trajectory_counted=False),
+                name="action_uncounted_idx",
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -160,6 +179,29 @@ class ActionDurationStat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.type}: {self.mean_s:.3f}s over {self.count}"
+
+
+class TrajectoryPositionStat(models.Model):
+    """What one (tenant, job)'s ended trajectories ran at one position: ``count``
+    actions there, ``work_s`` seconds in all at minimum units. The policy's
+    estimate of what a trajectory has left after an action reads these rows
+    (``estimate.rest_by_position``)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    job = models.CharField(max_length=200, blank=True)
+    position = models.PositiveIntegerField()
+    count = models.PositiveIntegerField(default=0)
+    work_s = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "job", "position"], name="trajectory_position_stat_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.job}[{self.position}]: {self.work_s:.3f}s over {self.count}"
 
 
 class ActionBatchStat(models.Model):

@@ -227,6 +227,7 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "timeout_s",
             "duration_hint_s",
             "remaining_hint_s",
+            "position",
             "setup_hint_s",
             "elasticity",
             "affinity",

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, DateTimeField, F, Max, Min, QuerySet, Value
+from django.db.models import Count, DateTimeField, F, Max, Min, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.actions.models import (
     PLACED_STATES,
+    TERMINAL_STATES,
     Action,
     ActionBatchStat,
     ActionDurationStat,
     ActionEvent,
     ActionState,
+    TrajectoryPositionStat,
 )
 from apps.core import events
 from apps.core.exceptions import ApplicationError, ConflictError
@@ -90,9 +93,10 @@ def actions_submit(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: boo
             id=uuid.uuid4(),
             tenant=tenant,
             submitted_at=now,
+            position=position,
             **_with_scorer_affinity(tenant=tenant, spec=spec),
         )
-        for spec in specs
+        for spec, position in zip(specs, _positions(tenant=tenant, specs=specs), strict=True)
     ]
     Action.objects.bulk_create(actions)
     ActionEvent.objects.bulk_create(
@@ -101,6 +105,108 @@ def actions_submit(*, tenant: Tenant, specs: Sequence[dict[str, Any]], bulk: boo
     )
     transaction.on_commit(events.capacity_changed)
     return actions
+
+
+def _positions(*, tenant: Tenant, specs: Sequence[dict[str, Any]]) -> list[int | None]:
+    """Each spec's position in its trajectory: the actions the trajectory (by tenant,
+    job and name) submitted before it, these specs' earlier ones included; None for
+    a spec that names no trajectory. A trajectory submits one action at a time, so
+    two submits racing for one trajectory are not guarded against."""
+    named = {(spec.get("job", ""), spec["trajectory"]) for spec in specs if spec.get("trajectory")}
+    if not named:
+        return [None] * len(specs)
+    submitted = Counter(
+        {
+            (job, trajectory): count
+            for job, trajectory, count in Action.objects.filter(
+                tenant=tenant, trajectory__in={trajectory for _, trajectory in named}
+            )
+            .values("job", "trajectory")
+            .annotate(count=Count("id"))
+            .values_list("job", "trajectory", "count")
+            if (job, trajectory) in named
+        }
+    )
+    positions: list[int | None] = []
+    for spec in specs:
+        if not spec.get("trajectory"):
+            positions.append(None)
+            continue
+        key = (spec.get("job", ""), spec["trajectory"])
+        positions.append(submitted[key])
+        submitted[key] += 1
+    return positions
+
+
+@transaction.atomic
+def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) -> int:
+    """Fold the trajectories that have gone quiet into their jobs'
+    ``TrajectoryPositionStat``, and return how many were folded.
+
+    A trajectory has ended, as far as the server can tell, once none of its
+    actions is queued or placed and none has finished for ``idle_s`` (longer
+    than a model thinks between two calls; ``TANGRAM_TRAJECTORY_IDLE_S``). Only
+    ended ones count: one under way has passed its early positions and not yet
+    run its later ones. One that goes on after all adds its later actions when
+    it goes quiet again, at their own positions, which is what they are.
+    """
+    idle = settings.TANGRAM_TRAJECTORY_IDLE_S if idle_s is None else idle_s
+    quiet_since = timezone.now() - timedelta(seconds=idle)
+    ended = list(
+        Action.objects.filter(position__isnull=False, trajectory_counted=False)
+        .values("tenant_id", "job", "trajectory")
+        .annotate(last=Max("finished_at"), open=Count("id", filter=~Q(state__in=TERMINAL_STATES)))
+        .filter(open=0, last__lt=quiet_since)
+        .values_list("tenant_id", "job", "trajectory")[:limit]
+    )
+    if not ended:
+        return 0
+    wanted = set(ended)
+    rows = [
+        row
+        for row in Action.objects.select_for_update(skip_locked=True)
+        .filter(
+            trajectory__in={trajectory for _, _, trajectory in ended},
+            position__isnull=False,
+            trajectory_counted=False,
+            state__in=TERMINAL_STATES,
+        )
+        .values_list(
+            "id",
+            "tenant_id",
+            "job",
+            "trajectory",
+            "position",
+            "started_at",
+            "finished_at",
+            "elasticity",
+            "units",
+        )
+        if (row[1], row[2], row[3]) in wanted
+    ]
+    by_position: dict[tuple[Any, str, int], tuple[int, float]] = {}
+    for _, tenant_id, job, _, position, started, finished, elasticity, units in rows:
+        # What it ran at minimum units; nothing for one that never ran (cancelled).
+        work = (
+            work_at_min_units(
+                Elasticity(**elasticity) if elasticity else Elasticity(),
+                max((finished - started).total_seconds(), 0.0),
+                units,
+            )
+            if started is not None and finished is not None
+            else 0.0
+        )
+        count, total = by_position.get((tenant_id, job, position), (0, 0.0))
+        by_position[(tenant_id, job, position)] = (count + 1, total + work)
+    for (tenant_id, job, position), (count, work_s) in sorted(by_position.items()):
+        stat, _ = TrajectoryPositionStat.objects.select_for_update().get_or_create(
+            tenant_id=tenant_id, job=job, position=position
+        )
+        stat.count += count
+        stat.work_s += work_s
+        stat.save(update_fields=["count", "work_s"])
+    Action.objects.filter(pk__in=[row[0] for row in rows]).update(trajectory_counted=True)
+    return len({(row[1], row[2], row[3]) for row in rows})
 
 
 @transaction.atomic

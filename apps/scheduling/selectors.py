@@ -31,6 +31,7 @@ from apps.actions.models import (
     ActionDurationStat,
     ActionLoadStat,
     ActionState,
+    TrajectoryPositionStat,
 )
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node, WarmKeyUse
@@ -50,6 +51,7 @@ from tangram_policy.types import (
     RunningAction,
     Snapshot,
     TenantQuota,
+    TrajectoryStat,
     TypeLoad,
 )
 from tangram_policy.types import Node as PolicyNode
@@ -114,6 +116,35 @@ def _duration_stats() -> dict[tuple[str, str], DurationStat]:
             "tenant_id", "type", "count", "mean_s"
         )
     }
+
+
+def _trajectory_stats(
+    pending: tuple[PendingAction, ...],
+) -> dict[tuple[str, str], TrajectoryStat]:
+    """What the ended trajectories ran by position, for the jobs of queued actions
+    whose rest is learned (a position, no ``remaining_hint_s``)."""
+    jobs = {
+        (action.tenant, action.job)
+        for action in pending
+        if action.position is not None and action.remaining_hint_s is None
+    }
+    if not jobs:
+        return {}
+    by_job: dict[tuple[str, str], dict[int, tuple[int, float]]] = {}
+    for tenant_id, job, position, count, work_s in TrajectoryPositionStat.objects.filter(
+        job__in={job for _, job in jobs}
+    ).values_list("tenant_id", "job", "position", "count", "work_s"):
+        key = (str(tenant_id), job)
+        if key in jobs:
+            by_job.setdefault(key, {})[position] = (count, work_s)
+    out = {}
+    for key, positions in by_job.items():
+        length = max(positions) + 1
+        out[key] = TrajectoryStat(
+            counts=tuple(positions.get(k, (0, 0.0))[0] for k in range(length)),
+            work_s=tuple(positions.get(k, (0, 0.0))[1] for k in range(length)),
+        )
+    return out
 
 
 def _batch_stats() -> dict[tuple[str, str], BatchStat]:
@@ -259,6 +290,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             "trajectory",
             "duration_hint_s",
             "remaining_hint_s",
+            "position",
             "elasticity_text",
             "affinity_text",
             "batch_key",
@@ -278,6 +310,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             trajectory=trajectory,
             duration_hint_s=hint,
             remaining_hint_s=remaining,
+            position=position,
             elasticity=decoded.get("elasticity", elasticity, _elasticity),
             affinity=decoded.get("affinity", affinity, lambda raw: frozenset(raw or ())),
             batch_key=batch_key or None,
@@ -295,6 +328,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             trajectory,
             hint,
             remaining,
+            position,
             elasticity,
             affinity,
             batch_key,
@@ -476,6 +510,7 @@ def scheduling_snapshot() -> Snapshot:
         if any(a.setup_s > 0 and a.affinity for a in pending)
         else {},
         type_loads=_type_loads(decoded, pending, now),
+        trajectory_stats=_trajectory_stats(pending),
         capacity=capacity,
         resizable=tuple(held for held in resizable if held.node in listed),
         warm_nodes=warm_nodes,

@@ -25,6 +25,7 @@ from apps.actions.models import (
     ActionLoadStat,
     ActionState,
 )
+from apps.actions.services import trajectories_fold_ended
 from apps.core import events
 from apps.inventory.models import WarmKeyUse
 from apps.inventory.services import (
@@ -274,6 +275,8 @@ def _assign(placements: Sequence[Placement], now: datetime) -> list[Action]:
 
 
 def scheduler_tick() -> RoundReport:
-    """The periodic safety net: expire lost leases, then run a round."""
+    """The periodic safety net: expire lost leases, learn from the trajectories
+    that have ended, then run a round."""
     nodes_reap_lost()
+    trajectories_fold_ended()
     return schedule_round()

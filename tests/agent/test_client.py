@@ -27,6 +27,7 @@ def action_json(action_id: str, state: str = "queued", **extra: Any) -> dict[str
         "type": "sandbox.python",
         "job": "j",
         "trajectory": "t",
+        "position": 4,
         "state": state,
         "priority": 0,
         "demand": {"cpu": 1},
@@ -166,6 +167,7 @@ def test_run_submits_long_polls_and_parses_the_result(api: FakeApi) -> None:
         action = client.run("sandbox.python", {"code": "print(42)"}, job="j", demand={"cpu": 1})
     assert isinstance(action, Action)
     assert action.ok and action.done
+    assert (action.job, action.trajectory, action.position) == ("j", "t", 4)
     assert action.stdout == "42\n"
     assert action.act_s == 1.5
     assert action.submitted_at is not None and action.finished_at is not None

@@ -125,6 +125,24 @@ def test_hints_are_stored_and_shown(owner, node):
     assert tuple(plain[name] for name in hints) == (None, None, None)
 
 
+def test_an_action_is_numbered_within_its_trajectory(owner, stranger, node):
+    """Its position counts the actions its trajectory (tenant, job and name)
+    submitted before it, earlier ones in the same bulk included: what the policy
+    learns what a trajectory has left by."""
+
+    def positions(client, specs):
+        response = client.post(URL, specs, format="json")
+        assert response.status_code == 201, response.json()
+        return [shown["position"] for shown in response.json()]
+
+    t1 = {**PY, "job": "swe", "trajectory": "t1"}
+    assert positions(owner.client, [t1]) == [0]
+    assert positions(owner.client, [t1, {**t1, "trajectory": "t2"}, t1]) == [1, 0, 2]
+    assert positions(owner.client, [{**t1, "job": "math"}, PY]) == [0, None]
+    assert positions(stranger.client, [t1]) == [0]
+    assert owner.client.post(URL, t1, format="json").json()["position"] == 3
+
+
 def test_bulk_error_names_the_item_and_stores_nothing(owner, node):
     specs = [PY, PY, {**PY, "demand": {"cpu": -2}}]
     response = owner.client.post(URL, specs, format="json")

@@ -14,6 +14,7 @@ from tangram_policy.types import (
     RunningAction,
     Snapshot,
     TenantQuota,
+    TrajectoryStat,
     TypeLoad,
 )
 
@@ -66,6 +67,7 @@ def pending_actions(draw: st.DrawFn, index: int) -> PendingAction:
         job=draw(st.sampled_from(JOBS)),
         duration_hint_s=draw(st.none() | st.floats(0.1, 100.0)),
         remaining_hint_s=draw(st.none() | st.floats(0.0, 600.0)),
+        position=draw(st.none() | st.integers(0, 6)),
         elasticity=Elasticity(
             min_units=1,
             max_units=max_units,
@@ -195,4 +197,19 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             for kind in TYPES
             if draw(st.booleans())
         },
+        # What jobs' ended trajectories ran by position, where learned.
+        trajectory_stats={
+            (tenant, job): draw(trajectory_stats())
+            for tenant in TENANTS
+            for job in JOBS
+            if draw(st.booleans())
+        },
     )
+
+
+@st.composite
+def trajectory_stats(draw: st.DrawFn) -> TrajectoryStat:
+    """Counts that never rise with the position, as ended trajectories' do."""
+    counts = sorted(draw(st.lists(st.integers(0, 40), min_size=1, max_size=6)), reverse=True)
+    work = tuple(draw(st.floats(0.0, 300.0)) * count for count in counts)
+    return TrajectoryStat(tuple(counts), work)

@@ -15,12 +15,20 @@ from tangram_policy.estimate import (
     expected_duration,
     expected_marginal,
     observed_work,
+    rest_by_position,
     speedup,
     stat_update,
+    trajectory_update,
     type_priors,
     work_at_min_units,
 )
-from tangram_policy.types import BatchStat, DurationStat, Elasticity, PendingAction
+from tangram_policy.types import (
+    BatchStat,
+    DurationStat,
+    Elasticity,
+    PendingAction,
+    TrajectoryStat,
+)
 
 
 def _action(**kwargs: object) -> PendingAction:
@@ -105,3 +113,15 @@ def test_a_types_mean_load_moves_towards_what_it_held_over_the_window() -> None:
     # Two halves of a stretch at one load average as the whole stretch does.
     half = decayed_mean(decayed_mean(4.0, 0.0, 50.0), 0.0, 50.0)
     assert half == pytest.approx(decayed_mean(4.0, 0.0, 100.0))
+
+
+def test_what_a_trajectory_has_left_is_the_later_work_of_those_that_reached_its_position() -> None:
+    """Two ended trajectories, 3 + 25 + 63 s and 3 + 5 s; a third that goes on
+    after a pause adds its later actions at their own positions."""
+    stat = trajectory_update(None, enumerate([3.0, 25.0, 63.0]))
+    stat = trajectory_update(stat, enumerate([3.0, 5.0]))
+    assert stat == TrajectoryStat(counts=(2, 2, 1), work_s=(6.0, 30.0, 63.0))
+    assert rest_by_position(stat) == (46.5, 31.5, 0.0)
+    resumed = trajectory_update(stat, [(3, 10.0)])
+    assert resumed.counts == (2, 2, 1, 1)
+    assert rest_by_position(resumed) == (51.5, 36.5, 10.0, 0.0)

@@ -23,6 +23,7 @@ from tangram_policy.types import (
     RunningAction,
     Snapshot,
     TenantQuota,
+    TrajectoryStat,
     TypeLoad,
 )
 
@@ -89,6 +90,33 @@ def test_an_action_whose_trajectory_has_less_left_goes_first() -> None:
     unhinted = [replace(action, remaining_hint_s=None) for action in pending]
     decision = get_policy("tangram").decide(_snapshot([node], unhinted, stats=stats))
     assert [p.action_id for p in decision.placements] == ["lint"]
+
+
+def test_without_hints_what_a_trajectory_has_left_is_learned_by_its_position() -> None:
+    """The job's two ended trajectories each ran a 3 s edit, a 25 s test and a
+    63 s hidden test: after position 0 they had 88 s left, after position 2
+    nothing. So a hidden test (63 s, position 2) goes ahead of an edit that
+    starts a trajectory (3 s + 88 s left), though longer and later; the client's
+    hint, where given, is taken instead; the ablation orders by own work."""
+    stats = {("t", "edit"): DurationStat(20, 3.0), ("t", "hidden"): DurationStat(20, 63.0)}
+    node = Node("n", {"cpu": 1.0}, frozenset({"edit", "hidden"}))
+    ended = {("t", "swe"): TrajectoryStat(counts=(2, 2, 2), work_s=(6.0, 50.0, 126.0))}
+    pending = [
+        _action("edit", type="edit", job="swe", position=0, submitted_at=0.0),
+        _action("hidden", type="hidden", job="swe", position=2, submitted_at=1.0),
+    ]
+
+    def first(policy: str, actions: list[PendingAction]) -> str:
+        snapshot = replace(_snapshot([node], actions, stats=stats), trajectory_stats=ended)
+        return get_policy(policy).decide(snapshot).placements[0].action_id
+
+    assert first("tangram", pending) == "hidden"
+    assert first("tangram-no-learned-rest", pending) == "edit"
+    hinted = [replace(pending[0], remaining_hint_s=0.0), pending[1]]
+    assert first("tangram", hinted) == "edit"
+    # Another job's trajectories teach this one nothing.
+    other_job = [replace(action, job="math") for action in pending]
+    assert first("tangram", other_job) == "edit"
 
 
 def test_a_long_remaining_hint_still_ages_ahead() -> None:

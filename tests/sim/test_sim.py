@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tangram_policy.types import Decision, Placement, Snapshot, TypeLoad
+from tangram_policy.types import Decision, Placement, Snapshot, TrajectoryStat, TypeLoad
 from tangram_sim.sim import PolicyError, Simulation, simulate
 from tangram_sim.trace import read_trace, replay, write_trace
 from tangram_sim.workload import Workload, load_workload, workload_from_dict
@@ -573,6 +573,44 @@ def test_clients_hint_what_a_trajectory_still_runs_after_each_action() -> None:
     assert noisy[0] != 12.0 and noisy[1] != 7.0 and noisy[2] == 0.0
     assert noisy == remaining(plain.with_hints(None, 0.5))
     assert {a.hint_cv for a in plain.with_hints(None, 0.5).action_types().values()} == {None}
+
+
+class _TrajectoriesSeen:
+    """fifo's decisions, noting each queued action's position and what the round
+    knew of its job's trajectories."""
+
+    name = "trajectories-seen"
+
+    def __init__(self) -> None:
+        from tangram_policy.fifo import FifoPolicy
+
+        self.inner = FifoPolicy()
+        self.seen: list[tuple[int | None, TrajectoryStat | None]] = []
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        for action in snapshot.pending:
+            stat = snapshot.trajectory_stats.get((action.tenant, action.job))
+            self.seen.append((action.position, stat))
+        return self.inner.decide(snapshot)
+
+
+def test_a_trajectory_s_runs_count_by_position_once_it_has_ended() -> None:
+    """Two steps of one trajectory: two 5 s runs, then a 7 s reward. The first
+    step's actions are at positions 0, 1 and 2 and nothing is known yet; the
+    second step's see the first trajectory's runs, counted only after it ended."""
+    raw = _workload()
+    raw["tasks"][0].update(steps=2)
+    raw["tasks"][0]["actions"][0].update(setup_s=0, start_s=0)
+    raw["tasks"][0]["reward"] = {
+        "type": "score",
+        "executor": "sandbox",
+        "demand": {"cpu": 1},
+        "duration_s": 7,
+    }
+    policy = _TrajectoriesSeen()
+    Simulation(workload_from_dict(raw), policy).run()
+    ended = TrajectoryStat(counts=(1, 1, 1), work_s=(5.0, 5.0, 7.0))
+    assert policy.seen == [(0, None), (1, None), (2, None), (0, ended), (1, ended), (2, ended)]
 
 
 def test_the_bench_takes_hints_and_refuses_a_negative_error(

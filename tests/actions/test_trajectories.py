@@ -1,0 +1,100 @@
+"""Ended trajectories teach the policy what its jobs' trajectories have left."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.actions.models import Action, TrajectoryPositionStat
+from apps.actions.services import trajectories_fold_ended
+from apps.scheduling.selectors import scheduling_snapshot
+from apps.scheduling.services import schedule_round
+from tests.factories import ActionFactory, NodeFactory, TenantFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _ran(
+    tenant, trajectory: str, position: int, seconds: float, *, ago_s: float, job="swe", **fields
+):
+    """An action of ``trajectory`` at ``position`` that ran ``seconds``, ending
+    ``ago_s`` seconds ago."""
+    finished = timezone.now() - timedelta(seconds=ago_s)
+    return ActionFactory(
+        tenant=tenant,
+        job=job,
+        trajectory=trajectory,
+        position=position,
+        state="succeeded",
+        started_at=finished - timedelta(seconds=seconds),
+        finished_at=finished,
+        **fields,
+    )
+
+
+def _stats(tenant) -> dict[int, tuple[int, float]]:
+    return {
+        row.position: (row.count, round(row.work_s, 6))
+        for row in TrajectoryPositionStat.objects.filter(tenant=tenant, job="swe")
+    }
+
+
+def test_a_trajectory_counts_once_it_has_gone_quiet():
+    """t1 ended long ago; t2's last run ended a moment ago; t3 still has an action
+    queued. Only t1 is folded, once; t2 is folded when it has been quiet long
+    enough, and a run it adds later counts at its own position."""
+    tenant = TenantFactory()
+    for position, seconds in enumerate((3.0, 25.0, 63.0)):
+        _ran(tenant, "t1", position, seconds, ago_s=900 - 100 * position)
+    _ran(tenant, "t2", 0, 3.0, ago_s=10)
+    _ran(tenant, "t3", 0, 3.0, ago_s=900)
+    ActionFactory(tenant=tenant, job="swe", trajectory="t3", position=1)
+    assert trajectories_fold_ended(idle_s=300) == 1
+    assert _stats(tenant) == {0: (1, 3.0), 1: (1, 25.0), 2: (1, 63.0)}
+    assert trajectories_fold_ended(idle_s=300) == 0
+    assert trajectories_fold_ended(idle_s=5) == 1  # t2
+    assert _stats(tenant)[0] == (2, 6.0)
+    _ran(tenant, "t2", 1, 5.0, ago_s=1)
+    assert trajectories_fold_ended(idle_s=0) == 1
+    assert _stats(tenant) == {0: (2, 6.0), 1: (2, 30.0), 2: (1, 63.0)}
+    assert set(
+        Action.objects.filter(trajectory_counted=False).values_list("trajectory", "position")
+    ) == {("t3", 0), ("t3", 1)}
+
+
+def test_an_elastic_run_counts_at_its_minimum_units_and_a_cancelled_one_as_nothing():
+    tenant = TenantFactory()
+    elastic = {"min_units": 1, "max_units": 4, "parallel_fraction": 1.0, "unit_kind": "cpu"}
+    _ran(tenant, "t1", 0, 10.0, ago_s=900, elasticity=elastic, units=4)
+    ActionFactory(tenant=tenant, job="swe", trajectory="t1", position=1, state="cancelled")
+    assert trajectories_fold_ended(idle_s=300) == 1
+    assert _stats(tenant) == {0: (1, 40.0), 1: (1, 0.0)}
+
+
+def test_the_round_sees_what_the_jobs_of_its_queued_actions_have_left(settings):
+    """Two ended trajectories of job swe: 3 + 25 + 63 s. Of a queued edit that
+    starts one (88 s left after it) and a hidden test at position 2, equal hints,
+    room for one: the hidden test is placed. The snapshot carries only the jobs
+    whose queued actions learn their rest."""
+    settings.TANGRAM_POLICY = "tangram"
+    NodeFactory(capacity={"cpu": 1, "memory": 100_000})
+    tenant = TenantFactory()
+    for name in ("t1", "t2"):
+        for position, seconds in enumerate((3.0, 25.0, 63.0)):
+            _ran(tenant, name, position, seconds, ago_s=900)
+    _ran(tenant, "other", 0, 1.0, ago_s=900, job="math")
+    assert trajectories_fold_ended() == 3
+    edit = ActionFactory(tenant=tenant, job="swe", trajectory="t3", position=0, duration_hint_s=5)
+    hidden = ActionFactory(tenant=tenant, job="swe", trajectory="t4", position=2, duration_hint_s=5)
+    Action.objects.filter(pk=hidden.pk).update(
+        submitted_at=edit.submitted_at + timedelta(seconds=1)
+    )
+    snapshot = scheduling_snapshot()
+    (stat,) = snapshot.trajectory_stats.values()
+    assert (stat.counts, stat.work_s) == ((2, 2, 2), (6.0, 50.0, 126.0))
+    assert schedule_round().placed == 1
+    edit.refresh_from_db()
+    hidden.refresh_from_db()
+    assert (edit.state, hidden.state) == ("queued", "assigned")
