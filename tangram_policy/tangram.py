@@ -20,9 +20,10 @@ One round, from a snapshot, in five passes:
    its job's trajectories had left at its position, on average:
    ``Snapshot.trajectory_stats``), scaled by
    ``2 ** -priority``, plus ``aging_rate`` x submit time. The key is fixed
-   per action, so an action can only be overtaken by actions submitted
-   before ``submitted_at + (work + remaining) / aging_rate``: waits are
-   bounded. A type nothing is known of (none has finished or runs, no hint)
+   per action (a learned remainder moves as trajectories end, never past
+   its job's longest), so an action can only be overtaken by actions
+   submitted before ``submitted_at + (work + remaining) / aging_rate``:
+   waits are bounded. A type nothing is known of (none has finished or runs, no hint)
    is probed: its first action in line is ordered as if it took no time.
 3. **Quotas.** Actions within their tenant's guarantee are placed first, in
    order. The rest borrow idle capacity up to their limits, the tenant with the

@@ -223,8 +223,8 @@ class BatchStat:
 class TrajectoryStat:
     """What one (tenant, job)'s trajectories ran, by position in the trajectory.
 
-    ``counts[k]`` of their actions at position ``k`` (0: a trajectory's first)
-    have finished, running ``work_s[k]`` seconds in all, at minimum units.
+    ``counts[k]`` of its ended trajectories had an action at position ``k`` (0:
+    a trajectory's first), which ran ``work_s[k]`` seconds in all, at minimum units.
     Every trajectory that reached position ``j`` passed each ``k < j``, so the
     run a trajectory still has after its action at ``k`` is, on average, the
     work at all later positions over ``counts[k]`` (``estimate.rest_by_position``).
