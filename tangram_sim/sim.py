@@ -1090,7 +1090,6 @@ class Simulation:
                 self.batch_stats[key] = batch_update(
                     self.batch_stats.get(key), batch_s, members, single_s
                 )
-        trajectory = action.trajectory
         if self.keep_records or self.on_record is not None:
             record = ActionRecord(
                 action.id,
