@@ -119,7 +119,9 @@ def _positions(*, tenant: Tenant, specs: Sequence[dict[str, Any]]) -> list[int |
         {
             (job, trajectory): count
             for job, trajectory, count in Action.objects.filter(
-                tenant=tenant, trajectory__in={trajectory for _, trajectory in named}
+                tenant=tenant,
+                job__in={job for job, _ in named},
+                trajectory__in={trajectory for _, trajectory in named},
             )
             .values("job", "trajectory")
             .annotate(count=Count("id"))
@@ -186,13 +188,9 @@ def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) ->
     ]
     by_position: dict[tuple[Any, str, int], tuple[int, float]] = {}
     for _, tenant_id, job, _, position, started, finished, elasticity, units in rows:
-        # What it ran at minimum units; nothing for one that never ran (cancelled).
+        # Nothing for one that never ran (cancelled).
         work = (
-            work_at_min_units(
-                Elasticity(**elasticity) if elasticity else Elasticity(),
-                max((finished - started).total_seconds(), 0.0),
-                units,
-            )
+            _run_at_min_units(elasticity, started, finished, units)
             if started is not None and finished is not None
             else 0.0
         )
@@ -301,6 +299,18 @@ def action_record_result(*, node_id: uuid.UUID, result: Result) -> bool:
     return True
 
 
+def _run_at_min_units(
+    elasticity: dict[str, Any], started: datetime, finished: datetime, units: int
+) -> float:
+    """How long a run from ``started`` to ``finished`` on ``units`` would have taken at
+    its minimum units: estimates are kept so, whatever parallelism a run was given."""
+    return work_at_min_units(
+        Elasticity(**elasticity) if elasticity else Elasticity(),
+        max((finished - started).total_seconds(), 0.0),
+        units,
+    )
+
+
 def _observe_duration(*, action_id: str) -> None:
     tenant_id, action_type, started, finished, elasticity, units, batch_id, members = (
         Action.objects.values_list(
@@ -321,12 +331,7 @@ def _observe_duration(*, action_id: str) -> None:
             tenant_id=tenant_id, action_type=action_type, batch_id=batch_id, members=members
         )
         return
-    # Estimates are kept at minimum units, whatever parallelism this run was given.
-    observed = work_at_min_units(
-        Elasticity(**elasticity) if elasticity else Elasticity(),
-        max((finished - started).total_seconds(), 0.0),
-        units,
-    )
+    observed = _run_at_min_units(elasticity, started, finished, units)
     row, _ = ActionDurationStat.objects.select_for_update().get_or_create(
         tenant_id=tenant_id, type=action_type
     )

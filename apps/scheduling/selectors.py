@@ -139,10 +139,9 @@ def _trajectory_stats(
             by_job.setdefault(key, {})[position] = (count, work_s)
     out = {}
     for key, positions in by_job.items():
-        length = max(positions) + 1
+        dense = [positions.get(k, (0, 0.0)) for k in range(max(positions) + 1)]
         out[key] = TrajectoryStat(
-            counts=tuple(positions.get(k, (0, 0.0))[0] for k in range(length)),
-            work_s=tuple(positions.get(k, (0, 0.0))[1] for k in range(length)),
+            counts=tuple(count for count, _ in dense), work_s=tuple(work for _, work in dense)
         )
     return out
 
