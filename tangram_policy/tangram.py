@@ -17,11 +17,12 @@ One round, from a snapshot, in five passes:
    trajectory still has to run after it (``remaining_hint_s``: a trajectory's
    ACTs sum to its life less its think time, so the mean ACT is served by
    finishing the trajectories with the least left; without the hint, what
-   its job's trajectories had left at its position, on average:
-   ``Snapshot.trajectory_stats``), scaled by
+   its job's trajectories had left at its position, on average
+   (``Snapshot.trajectory_stats``), up to ten times its job's queue's drain
+   (``_add_learned_rests``)), scaled by
    ``2 ** -priority``, plus ``aging_rate`` x submit time. The key is fixed
-   per action (a learned remainder moves as trajectories end, never past
-   its job's longest), so an action can only be overtaken by actions
+   per action (a learned remainder moves as trajectories end and its job's
+   queue drains, never past its job's longest), so an action can only be overtaken by actions
    submitted before ``submitted_at + (work + remaining) / aging_rate``:
    waits are bounded. A type nothing is known of (none has finished or runs, no hint)
    is probed: its first action in line is ordered as if it took no time.
@@ -203,6 +204,9 @@ class TangramConfig:
     #: An action whose client gives no ``remaining_hint_s`` is ordered by what its
     #: trajectory had left at its position on average (``Snapshot.trajectory_stats``).
     learned_rest: bool = True
+    #: A learned rest counts at most this many times the seconds its job's queued
+    #: work takes to drain the pool (0: no cap). See ``_add_learned_rests``.
+    rest_drain_ratio: float = 10.0
     #: Seconds of ordering key an action gains per second it waits. At 0.5, one
     #: tenant's long GPU jobs that had waited twice their length went ahead of its
     #: fresh judge calls on GPUs nobody takes back, and shortest-first became
@@ -318,10 +322,12 @@ class _Class:
 class _Target:
     """Where pending actions alike go: their class's (or batch group's) entries."""
 
-    __slots__ = ("entries", "learned_s", "unseen")
+    __slots__ = ("entries", "learned_s", "unseen", "kind", "need")
 
-    def __init__(self, entries: list[Entry]) -> None:
+    def __init__(self, entries: list[Entry], demand: Resources) -> None:
         self.entries = entries
+        self.kind = primary_kind(demand)
+        self.need = demand.get(self.kind, 0.0)
         #: The learned duration estimate, once needed (-1: not yet).
         self.learned_s = -1.0
         #: No action of its tenant and type (nor of its type) has finished, and
@@ -453,6 +459,46 @@ class TangramPolicy:
             by_position = rests[job] = rest_by_position(stat) if stat is not None else ()
         return by_position[position] if position < len(by_position) else 0.0
 
+    def _add_learned_rests(
+        self,
+        learned: list[tuple[list[Entry], int, float]],
+        queued: Mapping[tuple[str, str], Mapping[str, float]],
+        capacity: Mapping[str, float],
+    ) -> None:
+        """Add each entry's learned rest to its key (scaled by priority), at most
+        ``rest_drain_ratio`` times its job's drain: the seconds the pool would take
+        to run the job's queued work (expected seconds x units of each kind over
+        the pool's capacity of it; the longest kind's).
+
+        The learned rest is its position's average, so it cannot tell a
+        trajectory that is behind from one that is ahead: uncapped, the job's
+        slowest trajectories go last and its step waits for them (fragment's
+        step 0.92x). Early in a step the job's queue is long and the cap loose;
+        once only its stragglers queue, they go by their own work. At 10x,
+        over the shipped workloads, the mean ACT gains 1.36% instead of 1.40%
+        and the mean step loses 0.87% instead of 1.23% (fragment's 0.96x);
+        at 1x to 5x more of each. A client's ``remaining_hint_s`` is not
+        capped: capping it cost campus and reclaim 7% mean ACT with hints.
+        """
+        ratio = self.config.rest_drain_ratio
+        caps: dict[tuple[str, str], float] = {}
+        for entries, index, rest in learned:
+            key, action_id, work, action, submitted, members = entries[index]
+            job = (action.tenant, action.job)
+            cap = caps.get(job)
+            if cap is None:
+                drain = max(
+                    (
+                        amount / capacity[kind]
+                        for kind, amount in queued[job].items()
+                        if capacity.get(kind, 0.0) > 0
+                    ),
+                    default=0.0,
+                )
+                cap = caps[job] = ratio * drain
+            scaled = min(rest, cap) * 2.0 ** (-action.priority)
+            entries[index] = (key + scaled, action_id, work, action, submitted, members)
+
     def _classes(self, snapshot: Snapshot, pool: Pool) -> list[_Class]:
         config = self.config
         stats = snapshot.duration_stats
@@ -472,6 +518,12 @@ class TangramPolicy:
         trajectory_stats = snapshot.trajectory_stats if config.learned_rest else {}
         #: Per (tenant, job), what its trajectories have left by position.
         rests: dict[tuple[str, str], tuple[float, ...]] = {}
+        #: Per (tenant, job), its queued seconds x units per primary kind (while
+        #: any learned rest may be capped by it), and the entries whose learned
+        #: rest is added once all are counted: (entries, index, rest).
+        queued: dict[tuple[str, str], dict[str, float]] = {}
+        learned: list[tuple[list[Entry], int, float]] = []
+        capping = bool(trajectory_stats) and config.rest_drain_ratio > 0
         for action in snapshot.pending:
             demand = action.demand
             spec = (
@@ -499,7 +551,7 @@ class TangramPolicy:
                         )
                         cls = classes[class_key] = _Class(action, demand, shape, pool)
                     entries = cls.entries
-                target = targets[spec] = _Target(entries)
+                target = targets[spec] = _Target(entries, demand)
             if action.duration_hint_s is None:
                 work = target.learned_s
                 if work < 0:  # not yet worked out (it is the same for the tenant and type)
@@ -508,23 +560,34 @@ class TangramPolicy:
             else:
                 work = expected_duration(action, stats, priors)
             submitted = action.submitted_at
+            entries = target.entries
+            if capping:
+                job = (action.tenant, action.job)
+                volumes = queued.get(job)
+                if volumes is None:
+                    volumes = queued[job] = {}
+                volumes[target.kind] = volumes.get(target.kind, 0.0) + work * target.need
             if ordering:
                 priority = action.priority
                 rest = action.remaining_hint_s  # what its trajectory runs after it
                 if rest is None and trajectory_stats and action.position is not None:
                     rest = self._learned_rest(action, action.position, trajectory_stats, rests)
+                    if capping and rest > 0.0:
+                        learned.append((entries, len(entries), rest))
+                        rest = 0.0
                 left = work + rest if rest is not None and rest > 0.0 else work
                 scaled = left if priority == 0 else left * 2.0 ** (-priority)
                 key = scaled + aging * submitted
             else:
                 key = submitted - 1e9 * action.priority
-            entries = target.entries
             if target.unseen and action.duration_hint_s is None:
                 pair = (action.tenant, action.type)
                 probe = probes.get(pair)
                 if probe is None or (submitted, action.id) < _arrival_order(probe[0][probe[1]]):
                     probes[pair] = (entries, len(entries))
             entries.append((key, action.id, work, action, submitted, ()))
+        if learned:
+            self._add_learned_rests(learned, queued, pool.total)
         for entries, position in probes.values():
             _, action_id, work, action, submitted, members = entries[position]
             entries[position] = (aging * submitted, action_id, work, action, submitted, members)

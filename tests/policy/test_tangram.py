@@ -119,6 +119,30 @@ def test_without_hints_what_a_trajectory_has_left_is_learned_by_its_position() -
     assert first("tangram", other_job) == "edit"
 
 
+def test_a_learned_rest_counts_at_most_ten_times_its_job_s_queue_drain() -> None:
+    """Ended trajectories had 100 s left after position 0 and none after position 1.
+    With only two 1 s calls of the job queued on one core (a 2 s drain), a
+    straggler at position 0 counts 20 s left, not 100 s: it goes ahead of a
+    call 90 s later at position 1 (key 21 against 1 + 22.5), which it would
+    not uncapped. With 30 more seconds of the job's work queued, the cap is
+    loose again and the straggler waits."""
+    stats = {("t", "call"): DurationStat(20, 1.0)}
+    node = Node("n", {"cpu": 1.0}, frozenset({"call"}))
+    ended = {("t", "math"): TrajectoryStat(counts=(10, 10), work_s=(10.0, 1000.0))}
+    straggler = _action("straggler", type="call", job="math", position=0, submitted_at=0.0)
+    leader = _action("leader", type="call", job="math", position=1, submitted_at=90.0)
+    later = [_action(f"later{i}", type="call", job="math", submitted_at=200.0) for i in range(30)]
+
+    def first(actions: list[PendingAction], config: TangramConfig | None = None) -> str:
+        snapshot = _snapshot([node], actions, stats=stats, now=200.0)
+        snapshot = replace(snapshot, trajectory_stats=ended)
+        return TangramPolicy(config).decide(snapshot).placements[0].action_id
+
+    assert first([straggler, leader]) == "straggler"
+    assert first([straggler, leader], TangramConfig(rest_drain_ratio=0)) == "leader"
+    assert first([straggler, leader, *later]) == "leader"
+
+
 def test_a_long_remaining_hint_still_ages_ahead() -> None:
     """What a trajectory has left counts in the key, and aging bounds it: an equal
     action hinted 0 s left passes one hinted 300 s left only if submitted less
