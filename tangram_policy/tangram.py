@@ -22,8 +22,8 @@ One round, from a snapshot, in five passes:
    (``_add_learned_rests``)), scaled by
    ``2 ** -priority``, plus ``aging_rate`` x submit time. The key is fixed
    per action (a learned remainder moves as trajectories end and its job's
-   queue drains, never past its job's longest), so an action can only be overtaken by actions
-   submitted before ``submitted_at + (work + remaining) / aging_rate``:
+   queue drains, never past its job's longest), so an action can only be
+   overtaken by actions submitted before ``submitted_at + (work + remaining) / aging_rate``:
    waits are bounded. A type nothing is known of (none has finished or runs, no hint)
    is probed: its first action in line is ordered as if it took no time.
 3. **Quotas.** Actions within their tenant's guarantee are placed first, in
