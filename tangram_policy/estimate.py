@@ -150,31 +150,46 @@ def expected_work(
 
 
 def trajectory_update(
-    stat: TrajectoryStat | None, runs: Iterable[tuple[int, float]]
+    stat: TrajectoryStat | None,
+    runs: Iterable[tuple[int, str, float]],
+    counted: Iterable[tuple[int, str]] = (),
 ) -> TrajectoryStat:
-    """Fold in a trajectory that has ended: ``runs`` are (position, seconds at
+    """Fold in a trajectory that has ended: ``runs`` are (position, type, seconds at
     minimum units) of its actions. Only ended trajectories count: one under way
     has passed its early positions and not yet run its later ones. One that goes
-    on after all adds its later actions at their positions when it ends again.
-    Plain sums: a trajectory's shape is its job's, and does not drift as a type's
-    run time can."""
-    counts = list(stat.counts) if stat is not None else []
-    work = list(stat.work_s) if stat is not None else []
-    for position, observed_s in runs:
-        if position >= len(counts):
-            counts.extend([0] * (position + 1 - len(counts)))
-            work.extend([0.0] * (position + 1 - len(work)))
-        counts[position] += 1
-        work[position] += observed_s
-    return TrajectoryStat(tuple(counts), tuple(work))
-
-
-def rest_by_position(stat: TrajectoryStat) -> tuple[float, ...]:
-    """Per position, the run its trajectories still had after their action there:
-    the work at all later positions over the trajectories that reached it."""
-    rests = [0.0] * len(stat.counts)
+    on after all is folded again when it ends again, with the (position, type)
+    of its actions folded before as ``counted``: each of those gets the new runs
+    after it. Plain sums: a trajectory's shape is its job's, and does not drift
+    as a type's run time can."""
+    after = dict(stat.after) if stat is not None else {}
+    ordered = sorted(runs)
     later = 0.0
-    for position in range(len(stat.counts) - 1, -1, -1):
-        rests[position] = later / max(stat.counts[position], 1)
-        later += stat.work_s[position]
-    return tuple(rests)
+    for position, action_type, observed_s in reversed(ordered):
+        count, total = after.get((position, action_type), (0, 0.0))
+        after[(position, action_type)] = (count + 1, total + later)
+        later += observed_s
+    for position, action_type in counted:
+        new_s = sum(run_s for later_at, _, run_s in ordered if later_at > position)
+        count, total = after.get((position, action_type), (0, 0.0))
+        after[(position, action_type)] = (count, total + new_s)
+    return trajectory_stat(after)
+
+
+def trajectory_stat(after: Mapping[tuple[int, str], tuple[int, float]]) -> TrajectoryStat:
+    """The stat of what a job's trajectories ran after each (position, type), with
+    its sums over every type at each position."""
+    at: dict[int, tuple[int, float]] = {}
+    for (position, _), (count, rest_s) in after.items():
+        was_count, was_rest_s = at.get(position, (0, 0.0))
+        at[position] = (was_count + count, was_rest_s + rest_s)
+    return TrajectoryStat(after, at)
+
+
+def learned_rest(stat: TrajectoryStat, position: int, action_type: str) -> float:
+    """What a trajectory of ``stat``'s job had left, on average, after its action of
+    ``action_type`` at ``position`` (of any type where none had that one there);
+    0 where none got that far."""
+    count, rest_s = stat.after.get((position, action_type), (0, 0.0))
+    if not count:
+        count, rest_s = stat.at.get(position, (0, 0.0))
+    return rest_s / count if count else 0.0

@@ -17,7 +17,7 @@ One round, from a snapshot, in five passes:
    trajectory still has to run after it (``remaining_hint_s``: a trajectory's
    ACTs sum to its life less its think time, so the mean ACT is served by
    finishing the trajectories with the least left; without the hint, what
-   its job's trajectories had left at its position, on average
+   its job's trajectories had left after its position and type, on average
    (``Snapshot.trajectory_stats``), up to ten times its job's queue's drain
    (``_add_learned_rests``)), scaled by
    ``2 ** -priority``, plus ``aging_rate`` x submit time. The key is fixed
@@ -110,8 +110,8 @@ from tangram_policy.estimate import (
     expected_duration,
     expected_marginal,
     expected_work,
+    learned_rest,
     observed_work,
-    rest_by_position,
     type_priors,
 )
 from tangram_policy.pool import _NO_KEYS, _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
@@ -126,7 +126,6 @@ from tangram_policy.types import (
     Resize,
     Resources,
     Snapshot,
-    TrajectoryStat,
     TypeLoad,
 )
 
@@ -202,7 +201,8 @@ class TangramConfig:
     #: Running elastic actions take more units (of kinds taken back) while the pool is idle.
     growing: bool = True
     #: An action whose client gives no ``remaining_hint_s`` is ordered by what its
-    #: trajectory had left at its position on average (``Snapshot.trajectory_stats``).
+    #: trajectory had left after its position and type on average
+    #: (``Snapshot.trajectory_stats``).
     learned_rest: bool = True
     #: A learned rest counts at most this many times the seconds its job's queued
     #: work takes to drain the pool (0: no cap). See ``_add_learned_rests``.
@@ -443,22 +443,6 @@ class TangramPolicy:
             round_.expand(self._growable(snapshot, round_))
         return Decision(placements=tuple(round_.placements()), resizes=tuple(round_.resizes))
 
-    @staticmethod
-    def _learned_rest(
-        action: PendingAction,
-        position: int,
-        trajectory_stats: Mapping[tuple[str, str], TrajectoryStat],
-        rests: dict[tuple[str, str], tuple[float, ...]],
-    ) -> float:
-        """What ``action``'s trajectory had left after ``position`` on average, by its
-        job's trajectories; 0 where none of them got that far (or none was seen)."""
-        job = (action.tenant, action.job)
-        by_position = rests.get(job)
-        if by_position is None:
-            stat = trajectory_stats.get(job)
-            by_position = rests[job] = rest_by_position(stat) if stat is not None else ()
-        return by_position[position] if position < len(by_position) else 0.0
-
     def _add_learned_rests(
         self,
         learned: list[tuple[list[Entry], int, float]],
@@ -516,8 +500,6 @@ class TangramPolicy:
         #: Per unseen (tenant, type), its first action's entry: (list, position).
         probes: dict[tuple[str, str], tuple[list[Entry], int]] = {}
         trajectory_stats = snapshot.trajectory_stats if config.learned_rest else {}
-        #: Per (tenant, job), what its trajectories have left by position.
-        rests: dict[tuple[str, str], tuple[float, ...]] = {}
         #: Per (tenant, job), its queued seconds x units per primary kind (while
         #: any learned rest may be capped by it), and the entries whose learned
         #: rest is added once all are counted: (entries, index, rest).
@@ -571,7 +553,10 @@ class TangramPolicy:
                 priority = action.priority
                 rest = action.remaining_hint_s  # what its trajectory runs after it
                 if rest is None and trajectory_stats and action.position is not None:
-                    rest = self._learned_rest(action, action.position, trajectory_stats, rests)
+                    ended = trajectory_stats.get((action.tenant, action.job))
+                    rest = (
+                        0.0 if ended is None else learned_rest(ended, action.position, action.type)
+                    )
                     if capping and rest > 0.0:
                         learned.append((entries, len(entries), rest))
                         rest = 0.0

@@ -52,7 +52,7 @@ class PendingAction:
     remaining_hint_s: float | None = None
     #: How many actions its trajectory submitted before it (0: the first); None:
     #: not known. Without a ``remaining_hint_s``, what its trajectory still has to
-    #: run is learned by this position (``Snapshot.trajectory_stats``).
+    #: run is learned by this position and its type (``Snapshot.trajectory_stats``).
     position: int | None = None
     elasticity: Elasticity = field(default_factory=Elasticity)
     #: Warm-state keys that skip setup on a node that has them, e.g. ``image:python3``.
@@ -221,17 +221,18 @@ class BatchStat:
 
 @dataclass(frozen=True, slots=True)
 class TrajectoryStat:
-    """What one (tenant, job)'s trajectories ran, by position in the trajectory.
+    """What one (tenant, job)'s ended trajectories ran after each of their actions,
+    by the action's position in its trajectory (0: a trajectory's first) and type.
 
-    ``counts[k]`` of its ended trajectories had an action at position ``k`` (0:
-    a trajectory's first), which ran ``work_s[k]`` seconds in all, at minimum units.
-    Every trajectory that reached position ``j`` passed each ``k < j``, so the
-    run a trajectory still has after its action at ``k`` is, on average, the
-    work at all later positions over ``counts[k]`` (``estimate.rest_by_position``).
+    ``after[(k, type)] = (count, rest_s)``: ``count`` ended trajectories had an
+    action of ``type`` at position ``k``, and ran ``rest_s`` seconds in all (at
+    minimum units) after it. Keyed by type too, so that a trajectory's last call
+    (its reward) has nothing after it even where longer trajectories go on.
+    ``at[k]`` is the same over every type, for a type not yet seen at ``k``.
     """
 
-    counts: tuple[int, ...]
-    work_s: tuple[float, ...]
+    after: Mapping[tuple[int, str], tuple[int, float]]
+    at: Mapping[int, tuple[int, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,9 +282,10 @@ class Snapshot:
     #: Per (tenant, action type), its load: a round keeps room for a short type
     #: that held more lately than it asks now. Empty: unknown, none is kept.
     type_loads: Mapping[tuple[str, str], TypeLoad] = field(default_factory=dict)
-    #: Per (tenant, job), what its trajectories ran by position: an action
-    #: without a ``remaining_hint_s`` is ordered by what its trajectory has left
-    #: on average at its ``position``. Empty: unknown, none is counted.
+    #: Per (tenant, job), what its trajectories ran after each position and type:
+    #: an action without a ``remaining_hint_s`` is ordered by what its trajectory
+    #: has left on average after its ``position`` and type. Empty: unknown, none is
+    #: counted.
     trajectory_stats: Mapping[tuple[str, str], TrajectoryStat] = field(default_factory=dict)
 
 

@@ -150,8 +150,8 @@ class _Trajectory:
         self.reward_s = reward_s
         self.lease: _Action | None = None
         self.wait_s = 0.0
-        #: What each of its finished actions ran, at minimum units, by position.
-        self.works: list[float] = []
+        #: Each of its finished actions' type and run at minimum units, by position.
+        self.works: list[tuple[str, float]] = []
 
 
 class _TaskRun:
@@ -391,7 +391,7 @@ class Simulation:
         self.usage: dict[str, dict[str, float]] = {}
         self.stats: dict[tuple[str, str], DurationStat] = {}
         self.batch_stats: dict[tuple[str, str], BatchStat] = {}
-        #: Per (tenant, job): what its trajectories ran by position.
+        #: Per (tenant, job): what its trajectories ran after each position and type.
         self.trajectory_stats: dict[tuple[str, str], TrajectoryStat] = {}
         #: Per (tenant, type): its primary kind, units held and queued, the mean
         #: held and when that mean was brought up to date (``Snapshot.type_loads``).
@@ -597,7 +597,9 @@ class Simulation:
         run = trajectory.task
         job = (run.task.tenant, run.task.name)
         stat = self.trajectory_stats.get(job)
-        self.trajectory_stats[job] = trajectory_update(stat, enumerate(trajectory.works))
+        self.trajectory_stats[job] = trajectory_update(
+            stat, ((at, type_, work) for at, (type_, work) in enumerate(trajectory.works))
+        )
         run.remaining -= 1
         if run.remaining:
             return
@@ -1076,7 +1078,7 @@ class Simulation:
         work = work_at_min_units(action.type.elasticity, action.run_s, action.units)
         trajectory = action.trajectory
         if trajectory is not None and action.position is not None:
-            trajectory.works.append(work)  # a batch member's is its batch's run
+            trajectory.works.append((action.type.id, work))  # a batch member's: its batch's run
         if action.batch is None:
             self.stats[key] = stat_update(self.stats.get(key), work)
         else:  # what a scheduler sees of a batch: its members and how long it ran

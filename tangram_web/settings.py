@@ -121,7 +121,7 @@ TANGRAM_MAX_TIMEOUT_S = env.float("TANGRAM_MAX_TIMEOUT_S", default=3600.0)
 TANGRAM_DEFAULT_TIMEOUT_S = env.float("TANGRAM_DEFAULT_TIMEOUT_S", default=60.0)
 TANGRAM_MAX_WAIT_S = env.float("TANGRAM_MAX_WAIT_S", default=60.0)
 #: A trajectory none of whose actions is queued, placed or has finished for this
-#: long has ended: its runs, by position, teach the policy what trajectories of
+#: long has ended: its runs, by position and type, teach the policy what trajectories of
 #: its job have left (``trajectories_fold_ended``). Longer than a model thinks.
 TANGRAM_TRAJECTORY_IDLE_S = env.float("TANGRAM_TRAJECTORY_IDLE_S", default=300.0)
 #: The demo tenant's token in the embedded mode (random when unset).

@@ -42,7 +42,7 @@ class Action(models.Model):
     remaining_hint_s = models.FloatField(null=True, blank=True)
     #: Actions its trajectory had submitted before it (0: the first); null: no
     #: trajectory named. Without ``remaining_hint_s``, what the trajectory still has
-    #: to run is learned by this position (``TrajectoryPositionStat``).
+    #: to run is learned by this position and its type (``TrajectoryPositionStat``).
     position = models.PositiveIntegerField(null=True, blank=True)
     #: Whether its run is in its job's ``TrajectoryPositionStat`` yet: its
     #: trajectory is folded in once it has gone quiet (``trajectories_fold_ended``).
@@ -182,26 +182,32 @@ class ActionDurationStat(models.Model):
 
 
 class TrajectoryPositionStat(models.Model):
-    """What one (tenant, job)'s ended trajectories ran at one position: ``count``
-    actions there, ``work_s`` seconds in all at minimum units. The policy's
-    estimate of what a trajectory has left after an action reads these rows
-    (``estimate.rest_by_position``)."""
+    """What one (tenant, job)'s ended trajectories ran after their actions of one
+    type at one position: ``count`` such actions, after which their trajectories
+    ran ``rest_s`` seconds in all at minimum units. The policy's estimate of what
+    a trajectory has left after an action reads these rows
+    (``estimate.learned_rest``)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
     job = models.CharField(max_length=200, blank=True)
     position = models.PositiveIntegerField()
+    type = models.CharField(max_length=64)
     count = models.PositiveIntegerField(default=0)
-    work_s = models.FloatField(default=0.0)
+    rest_s = models.FloatField(default=0.0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "job", "position"], name="trajectory_position_stat_unique"
+                fields=["tenant", "job", "position", "type"],
+                name="trajectory_position_type_stat_unique",
             ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id} {self.job}[{self.position}]: {self.work_s:.3f}s over {self.count}"
+        return (
+            f"{self.tenant_id} {self.job}[{self.position}] {self.type}: "
+            f"{self.rest_s:.3f}s after {self.count}"
+        )
 
 
 class ActionBatchStat(models.Model):

@@ -40,6 +40,7 @@ from tangram_policy.estimate import (
     batch_update,
     observed_work,
     stat_update,
+    trajectory_update,
     type_priors,
     work_at_min_units,
 )
@@ -149,8 +150,9 @@ def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) ->
     actions is queued or placed and none has finished for ``idle_s`` (longer
     than a model thinks between two calls; ``TANGRAM_TRAJECTORY_IDLE_S``). Only
     ended ones count: one under way has passed its early positions and not yet
-    run its later ones. One that goes on after all adds its later actions when
-    it goes quiet again, at their own positions, which is what they are.
+    run its later ones. One that goes on after all is folded again when it goes
+    quiet again: its new actions count, and its earlier ones get the new runs
+    after them (``estimate.trajectory_update``).
     """
     idle = settings.TANGRAM_TRAJECTORY_IDLE_S if idle_s is None else idle_s
     quiet_since = timezone.now() - timedelta(seconds=idle)
@@ -164,11 +166,12 @@ def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) ->
     if not ended:
         return 0
     wanted = set(ended)
+    trajectories = {trajectory for _, _, trajectory in ended}
     rows = [
         row
         for row in Action.objects.select_for_update(skip_locked=True)
         .filter(
-            trajectory__in={trajectory for _, _, trajectory in ended},
+            trajectory__in=trajectories,
             position__isnull=False,
             trajectory_counted=False,
             state__in=TERMINAL_STATES,
@@ -179,6 +182,7 @@ def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) ->
             "job",
             "trajectory",
             "position",
+            "type",
             "started_at",
             "finished_at",
             "elasticity",
@@ -186,23 +190,36 @@ def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) ->
         )
         if (row[1], row[2], row[3]) in wanted
     ]
-    by_position: dict[tuple[Any, str, int], tuple[int, float]] = {}
-    for _, tenant_id, job, _, position, started, finished, elasticity, units in rows:
+    runs: dict[tuple[Any, str, str], list[tuple[int, str, float]]] = {}
+    for _, tenant_id, job, trajectory, position, type_, started, finished, elastic, units in rows:
         # Nothing for one that never ran (cancelled).
         work = (
-            _run_at_min_units(elasticity, started, finished, units)
+            _run_at_min_units(elastic, started, finished, units)
             if started is not None and finished is not None
             else 0.0
         )
-        count, total = by_position.get((tenant_id, job, position), (0, 0.0))
-        by_position[(tenant_id, job, position)] = (count + 1, total + work)
-    for (tenant_id, job, position), (count, work_s) in sorted(by_position.items()):
+        runs.setdefault((tenant_id, job, trajectory), []).append((position, type_, work))
+    # Those folded before, of a trajectory that went on: each gets the new runs after it.
+    counted: dict[tuple[Any, str, str], list[tuple[int, str]]] = {}
+    for tenant_id, job, trajectory, position, type_ in Action.objects.filter(
+        trajectory__in=trajectories, position__isnull=False, trajectory_counted=True
+    ).values_list("tenant_id", "job", "trajectory", "position", "type"):
+        if (tenant_id, job, trajectory) in runs:
+            counted.setdefault((tenant_id, job, trajectory), []).append((position, type_))
+    sums: dict[tuple[Any, str, int, str], tuple[int, float]] = {}
+    for key, ran in runs.items():
+        tenant_id, job, _ = key
+        added = trajectory_update(None, ran, counted.get(key, ()))
+        for (position, type_), (count, rest_s) in added.after.items():
+            was_count, was_rest_s = sums.get((tenant_id, job, position, type_), (0, 0.0))
+            sums[(tenant_id, job, position, type_)] = (was_count + count, was_rest_s + rest_s)
+    for (tenant_id, job, position, type_), (count, rest_s) in sorted(sums.items()):
         stat, _ = TrajectoryPositionStat.objects.select_for_update().get_or_create(
-            tenant_id=tenant_id, job=job, position=position
+            tenant_id=tenant_id, job=job, position=position, type=type_
         )
         stat.count += count
-        stat.work_s += work_s
-        stat.save(update_fields=["count", "work_s"])
+        stat.rest_s += rest_s
+        stat.save(update_fields=["count", "rest_s"])
     Action.objects.filter(pk__in=[row[0] for row in rows]).update(trajectory_counted=True)
     return len({(row[1], row[2], row[3]) for row in rows})
 

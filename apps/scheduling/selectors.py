@@ -37,7 +37,7 @@ from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, plac
 from apps.inventory.models import Node, WarmKeyUse
 from apps.tenants.models import Quota
 from tangram_agent.protocol import RESIZE_PROTOCOL, SHRINK_PROTOCOL
-from tangram_policy.estimate import decayed_mean, speedup
+from tangram_policy.estimate import decayed_mean, speedup, trajectory_stat
 from tangram_policy.pool import gpu_group_size, primary_kind
 from tangram_policy.types import (
     EPSILON,
@@ -121,8 +121,8 @@ def _duration_stats() -> dict[tuple[str, str], DurationStat]:
 def _trajectory_stats(
     pending: tuple[PendingAction, ...],
 ) -> dict[tuple[str, str], TrajectoryStat]:
-    """What the ended trajectories ran by position, for the jobs of queued actions
-    whose rest is learned (a position, no ``remaining_hint_s``)."""
+    """What the ended trajectories ran after each position and type, for the jobs
+    of queued actions whose rest is learned (a position, no ``remaining_hint_s``)."""
     jobs = {
         (action.tenant, action.job)
         for action in pending
@@ -130,20 +130,14 @@ def _trajectory_stats(
     }
     if not jobs:
         return {}
-    by_job: dict[tuple[str, str], dict[int, tuple[int, float]]] = {}
-    for tenant_id, job, position, count, work_s in TrajectoryPositionStat.objects.filter(
+    after: dict[tuple[str, str], dict[tuple[int, str], tuple[int, float]]] = {}
+    for tenant_id, job, position, type_, count, rest_s in TrajectoryPositionStat.objects.filter(
         job__in={job for _, job in jobs}
-    ).values_list("tenant_id", "job", "position", "count", "work_s"):
+    ).values_list("tenant_id", "job", "position", "type", "count", "rest_s"):
         key = (str(tenant_id), job)
         if key in jobs:
-            by_job.setdefault(key, {})[position] = (count, work_s)
-    out = {}
-    for key, positions in by_job.items():
-        dense = [positions.get(k, (0, 0.0)) for k in range(max(positions) + 1)]
-        out[key] = TrajectoryStat(
-            counts=tuple(count for count, _ in dense), work_s=tuple(work for _, work in dense)
-        )
-    return out
+            after.setdefault(key, {})[(position, type_)] = (count, rest_s)
+    return {key: trajectory_stat(rests) for key, rests in after.items()}
 
 
 def _batch_stats() -> dict[tuple[str, str], BatchStat]:

@@ -34,9 +34,9 @@ def _ran(
     )
 
 
-def _stats(tenant) -> dict[int, tuple[int, float]]:
+def _stats(tenant) -> dict[tuple[int, str], tuple[int, float]]:
     return {
-        row.position: (row.count, round(row.work_s, 6))
+        (row.position, row.type): (row.count, round(row.rest_s, 6))
         for row in TrajectoryPositionStat.objects.filter(tenant=tenant, job="swe")
     }
 
@@ -44,33 +44,49 @@ def _stats(tenant) -> dict[int, tuple[int, float]]:
 def test_a_trajectory_counts_once_it_has_gone_quiet():
     """t1 ended long ago; t2's last run ended a moment ago; t3 still has an action
     queued. Only t1 is folded, once; t2 is folded when it has been quiet long
-    enough, and a run it adds later counts at its own position."""
+    enough, and a run it adds later counts at its own position and after its
+    earlier one."""
     tenant = TenantFactory()
-    for position, seconds in enumerate((3.0, 25.0, 63.0)):
-        _ran(tenant, "t1", position, seconds, ago_s=900 - 100 * position)
-    _ran(tenant, "t2", 0, 3.0, ago_s=10)
-    _ran(tenant, "t3", 0, 3.0, ago_s=900)
+    for position, (type_, seconds) in enumerate((("edit", 3.0), ("test", 25.0), ("hidden", 63.0))):
+        _ran(tenant, "t1", position, seconds, ago_s=900 - 100 * position, type=type_)
+    _ran(tenant, "t2", 0, 3.0, ago_s=10, type="edit")
+    _ran(tenant, "t3", 0, 3.0, ago_s=900, type="edit")
     ActionFactory(tenant=tenant, job="swe", trajectory="t3", position=1)
     assert trajectories_fold_ended(idle_s=300) == 1
-    assert _stats(tenant) == {0: (1, 3.0), 1: (1, 25.0), 2: (1, 63.0)}
+    assert _stats(tenant) == {
+        (0, "edit"): (1, 88.0),
+        (1, "test"): (1, 63.0),
+        (2, "hidden"): (1, 0.0),
+    }
     assert trajectories_fold_ended(idle_s=300) == 0
     assert trajectories_fold_ended(idle_s=5) == 1  # t2
-    assert _stats(tenant)[0] == (2, 6.0)
-    _ran(tenant, "t2", 1, 5.0, ago_s=1)
+    assert _stats(tenant)[(0, "edit")] == (2, 88.0)
+    _ran(tenant, "t2", 1, 5.0, ago_s=1, type="reward")
     assert trajectories_fold_ended(idle_s=0) == 1
-    assert _stats(tenant) == {0: (2, 6.0), 1: (2, 30.0), 2: (1, 63.0)}
+    assert _stats(tenant) == {
+        (0, "edit"): (2, 93.0),
+        (1, "test"): (1, 63.0),
+        (1, "reward"): (1, 0.0),
+        (2, "hidden"): (1, 0.0),
+    }
     assert set(
         Action.objects.filter(trajectory_counted=False).values_list("trajectory", "position")
     ) == {("t3", 0), ("t3", 1)}
 
 
 def test_an_elastic_run_counts_at_its_minimum_units_and_a_cancelled_one_as_nothing():
+    """A 1 s run, an elastic one of 10 s on 4 cores (40 s on one), a cancelled one."""
     tenant = TenantFactory()
     elastic = {"min_units": 1, "max_units": 4, "parallel_fraction": 1.0, "unit_kind": "cpu"}
-    _ran(tenant, "t1", 0, 10.0, ago_s=900, elasticity=elastic, units=4)
-    ActionFactory(tenant=tenant, job="swe", trajectory="t1", position=1, state="cancelled")
+    _ran(tenant, "t1", 0, 1.0, ago_s=900)
+    _ran(tenant, "t1", 1, 10.0, ago_s=900, elasticity=elastic, units=4)
+    ActionFactory(tenant=tenant, job="swe", trajectory="t1", position=2, state="cancelled")
     assert trajectories_fold_ended(idle_s=300) == 1
-    assert _stats(tenant) == {0: (1, 40.0), 1: (1, 0.0)}
+    assert _stats(tenant) == {
+        (0, "sleep"): (1, 40.0),
+        (1, "sleep"): (1, 0.0),
+        (2, "sleep"): (1, 0.0),
+    }
 
 
 def test_the_round_sees_what_the_jobs_of_its_queued_actions_have_left(settings):
@@ -93,7 +109,7 @@ def test_the_round_sees_what_the_jobs_of_its_queued_actions_have_left(settings):
     )
     snapshot = scheduling_snapshot()
     (stat,) = snapshot.trajectory_stats.values()
-    assert (stat.counts, stat.work_s) == ((2, 2, 2), (6.0, 50.0, 126.0))
+    assert stat.at == {0: (2, 176.0), 1: (2, 126.0), 2: (2, 0.0)}
     assert schedule_round().placed == 1
     edit.refresh_from_db()
     hidden.refresh_from_db()

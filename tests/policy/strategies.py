@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from tangram_policy.estimate import trajectory_update
 from tangram_policy.types import (
     BatchStat,
     DurationStat,
@@ -197,7 +198,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             for kind in TYPES
             if draw(st.booleans())
         },
-        # What jobs' ended trajectories ran by position, where learned.
+        # What jobs' ended trajectories ran after each position and type, where learned.
         trajectory_stats={
             (tenant, job): draw(trajectory_stats())
             for tenant in TENANTS
@@ -209,7 +210,10 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
 
 @st.composite
 def trajectory_stats(draw: st.DrawFn) -> TrajectoryStat:
-    """Counts that never rise with the position, as ended trajectories' do."""
-    counts = sorted(draw(st.lists(st.integers(0, 40), min_size=1, max_size=6)), reverse=True)
-    work = tuple(draw(st.floats(0.0, 300.0)) * count for count in counts)
-    return TrajectoryStat(tuple(counts), work)
+    """What a few ended trajectories of random types and runs leave."""
+    stat = None
+    for _ in range(draw(st.integers(1, 5))):
+        runs = draw(st.lists(st.tuples(st.sampled_from(TYPES), st.floats(0.0, 300.0)), max_size=6))
+        stat = trajectory_update(stat, [(at, type_, s) for at, (type_, s) in enumerate(runs)])
+    assert stat is not None
+    return stat

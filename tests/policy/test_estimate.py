@@ -14,8 +14,8 @@ from tangram_policy.estimate import (
     duration_at,
     expected_duration,
     expected_marginal,
+    learned_rest,
     observed_work,
-    rest_by_position,
     speedup,
     stat_update,
     trajectory_update,
@@ -27,7 +27,6 @@ from tangram_policy.types import (
     DurationStat,
     Elasticity,
     PendingAction,
-    TrajectoryStat,
 )
 
 
@@ -115,13 +114,26 @@ def test_a_types_mean_load_moves_towards_what_it_held_over_the_window() -> None:
     assert half == pytest.approx(decayed_mean(4.0, 0.0, 100.0))
 
 
-def test_what_a_trajectory_has_left_is_the_later_work_of_those_that_reached_its_position() -> None:
-    """Two ended trajectories, 3 + 25 + 63 s and 3 + 5 s; a third that goes on
-    after a pause adds its later actions at their own positions."""
-    stat = trajectory_update(None, enumerate([3.0, 25.0, 63.0]))
-    stat = trajectory_update(stat, enumerate([3.0, 5.0]))
-    assert stat == TrajectoryStat(counts=(2, 2, 1), work_s=(6.0, 30.0, 63.0))
-    assert rest_by_position(stat) == (46.5, 31.5, 0.0)
-    resumed = trajectory_update(stat, [(3, 10.0)])
-    assert resumed.counts == (2, 2, 1, 1)
-    assert rest_by_position(resumed) == (51.5, 36.5, 10.0, 0.0)
+def test_what_a_trajectory_has_left_is_learned_by_its_action_s_position_and_type() -> None:
+    """Two ended trajectories: an edit, a 25 s test and a 63 s hidden test, and an
+    edit, a 5 s test and a reward. After the edits they had 88 s and 6 s left;
+    after position 2, 0 s (the hidden test and the reward both ended theirs). A
+    type not seen at a position takes that position's average over types. A
+    trajectory that goes on after a pause adds its later runs after its
+    earlier actions."""
+    stat = trajectory_update(None, [(0, "edit", 3.0), (1, "test", 25.0), (2, "hidden", 63.0)])
+    stat = trajectory_update(stat, [(0, "edit", 3.0), (1, "test", 5.0), (2, "reward", 1.0)])
+    assert stat.after[(0, "edit")] == (2, 94.0)
+    assert stat.at == {0: (2, 94.0), 1: (2, 64.0), 2: (2, 0.0)}
+    assert learned_rest(stat, 0, "edit") == 47.0
+    assert learned_rest(stat, 1, "test") == 32.0
+    assert learned_rest(stat, 2, "reward") == 0.0
+    assert learned_rest(stat, 1, "lint") == 32.0  # unseen at 1: the position's average
+    assert learned_rest(stat, 3, "edit") == 0.0  # none got that far
+    # The second goes on with a 10 s edit at position 3.
+    folded = [(0, "edit"), (1, "test"), (2, "reward")]
+    resumed = trajectory_update(stat, [(3, "edit", 10.0)], counted=folded)
+    assert resumed.after[(0, "edit")] == (2, 104.0)
+    assert resumed.after[(2, "reward")] == (1, 10.0)
+    assert resumed.after[(2, "hidden")] == (1, 0.0)  # the other trajectory's
+    assert resumed.at == {0: (2, 104.0), 1: (2, 74.0), 2: (2, 10.0), 3: (1, 0.0)}

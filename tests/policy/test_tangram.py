@@ -8,6 +8,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tangram_policy.estimate import trajectory_stat, trajectory_update
 from tangram_policy.pool import partial_view
 from tangram_policy.registry import get_policy
 from tangram_policy.tangram import TangramConfig, TangramPolicy, cheapest_batch
@@ -23,7 +24,6 @@ from tangram_policy.types import (
     RunningAction,
     Snapshot,
     TenantQuota,
-    TrajectoryStat,
     TypeLoad,
 )
 
@@ -92,7 +92,7 @@ def test_an_action_whose_trajectory_has_less_left_goes_first() -> None:
     assert [p.action_id for p in decision.placements] == ["lint"]
 
 
-def test_without_hints_what_a_trajectory_has_left_is_learned_by_its_position() -> None:
+def test_without_hints_what_a_trajectory_has_left_is_learned_by_its_position_and_type() -> None:
     """The job's two ended trajectories each ran a 3 s edit, a 25 s test and a
     63 s hidden test: after position 0 they had 88 s left, after position 2
     nothing. So a hidden test (63 s, position 2) goes ahead of an edit that
@@ -100,7 +100,8 @@ def test_without_hints_what_a_trajectory_has_left_is_learned_by_its_position() -
     hint, where given, is taken instead; the ablation orders by own work."""
     stats = {("t", "edit"): DurationStat(20, 3.0), ("t", "hidden"): DurationStat(20, 63.0)}
     node = Node("n", {"cpu": 1.0}, frozenset({"edit", "hidden"}))
-    ended = {("t", "swe"): TrajectoryStat(counts=(2, 2, 2), work_s=(6.0, 50.0, 126.0))}
+    rests = {(0, "edit"): (2, 176.0), (1, "test"): (2, 126.0), (2, "hidden"): (2, 0.0)}
+    ended = {("t", "swe"): trajectory_stat(rests)}
     pending = [
         _action("edit", type="edit", job="swe", position=0, submitted_at=0.0),
         _action("hidden", type="hidden", job="swe", position=2, submitted_at=1.0),
@@ -119,6 +120,30 @@ def test_without_hints_what_a_trajectory_has_left_is_learned_by_its_position() -
     assert first("tangram", other_job) == "edit"
 
 
+def test_a_trajectory_s_last_call_has_nothing_left_where_longer_ones_go_on() -> None:
+    """One ended trajectory ran a tool and its reward; another, three tools and its
+    reward. Two equal reward calls queue, at positions 1 and 3: both end their
+    trajectories, so neither has a rest and the earlier goes first, though the
+    other trajectory went on after position 1. A type never seen at position 1
+    takes the position's average (3 s left) and goes after."""
+    stats = {("t", "reward"): DurationStat(20, 1.0), ("t", "judge"): DurationStat(20, 1.0)}
+    node = Node("n", {"cpu": 1.0}, frozenset({"reward", "judge"}))
+    ended = {
+        ("t", "math"): trajectory_update(
+            trajectory_update(None, [(0, "tool", 5.0), (1, "reward", 1.0)]),
+            [(0, "tool", 5.0), (1, "tool", 5.0), (2, "tool", 5.0), (3, "reward", 1.0)],
+        )
+    }
+    late = _action("late", type="reward", job="math", position=3, submitted_at=1.0)
+
+    def first(early: PendingAction) -> str:
+        snapshot = replace(_snapshot([node], [early, late], stats=stats), trajectory_stats=ended)
+        return TangramPolicy().decide(snapshot).placements[0].action_id
+
+    assert first(_action("early", type="reward", job="math", position=1)) == "early"
+    assert first(_action("early", type="judge", job="math", position=1)) == "late"
+
+
 def test_a_learned_rest_counts_at_most_ten_times_its_job_s_queue_drain() -> None:
     """Ended trajectories had 100 s left after position 0 and none after position 1.
     With only two 1 s calls of the job queued on one core (a 2 s drain), a
@@ -128,7 +153,7 @@ def test_a_learned_rest_counts_at_most_ten_times_its_job_s_queue_drain() -> None
     loose again and the straggler waits."""
     stats = {("t", "call"): DurationStat(20, 1.0)}
     node = Node("n", {"cpu": 1.0}, frozenset({"call"}))
-    ended = {("t", "math"): TrajectoryStat(counts=(10, 10), work_s=(10.0, 1000.0))}
+    ended = {("t", "math"): trajectory_stat({(0, "call"): (10, 1000.0), (1, "call"): (10, 0.0)})}
     straggler = _action("straggler", type="call", job="math", position=0, submitted_at=0.0)
     leader = _action("leader", type="call", job="math", position=1, submitted_at=90.0)
     later = [_action(f"later{i}", type="call", job="math", submitted_at=200.0) for i in range(30)]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tangram_policy.estimate import trajectory_stat
 from tangram_policy.types import Decision, Placement, Snapshot, TrajectoryStat, TypeLoad
 from tangram_sim.sim import PolicyError, Simulation, simulate
 from tangram_sim.trace import read_trace, replay, write_trace
@@ -594,7 +595,7 @@ class _TrajectoriesSeen:
         return self.inner.decide(snapshot)
 
 
-def test_a_trajectory_s_runs_count_by_position_once_it_has_ended() -> None:
+def test_a_trajectory_s_runs_count_by_position_and_type_once_it_has_ended() -> None:
     """Two steps of one trajectory: two 5 s runs, then a 7 s reward. The first
     step's actions are at positions 0, 1 and 2 and nothing is known yet; the
     second step's see the first trajectory's runs, counted only after it ended."""
@@ -609,7 +610,8 @@ def test_a_trajectory_s_runs_count_by_position_once_it_has_ended() -> None:
     }
     policy = _TrajectoriesSeen()
     Simulation(workload_from_dict(raw), policy).run()
-    ended = TrajectoryStat(counts=(1, 1, 1), work_s=(5.0, 5.0, 7.0))
+    rests = {(0, "t.run"): (1, 12.0), (1, "t.run"): (1, 7.0), (2, "t.score"): (1, 0.0)}
+    ended = trajectory_stat(rests)
     assert policy.seen == [(0, None), (1, None), (2, None), (0, ended), (1, ended), (2, ended)]
 
 
