@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from apps.actions.models import Action, TrajectoryPositionStat
 from apps.actions.services import trajectories_fold_ended
 from apps.scheduling.selectors import scheduling_snapshot
 from apps.scheduling.services import schedule_round
+from apps.tenants.models import Tenant
 from tests.factories import ActionFactory, NodeFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -114,3 +117,40 @@ def test_the_round_sees_what_the_jobs_of_its_queued_actions_have_left(settings):
     edit.refresh_from_db()
     hidden.refresh_from_db()
     assert (edit.state, hidden.state) == ("queued", "assigned")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sums_by_position_alone_are_refolded_by_position_and_type() -> None:
+    """Migration 0012: the old per-position sums cannot be split by type, so they
+    go, and the trajectories they came from are folded again from their actions."""
+    before = [("actions", "0011_trajectory_position")]
+    after = [("actions", "0012_trajectory_rest_by_type")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    tenant = old.get_model("tenants", "Tenant").objects.create(name="folded")
+    finished = timezone.now() - timedelta(seconds=900)
+    for position, (type_, seconds) in enumerate((("edit", 3.0), ("reward", 1.0))):
+        old.get_model("actions", "Action").objects.create(
+            tenant=tenant,
+            job="swe",
+            trajectory="t1",
+            type=type_,
+            timeout_s=60.0,
+            position=position,
+            trajectory_counted=True,
+            state="succeeded",
+            started_at=finished - timedelta(seconds=seconds),
+            finished_at=finished,
+        )
+        old.get_model("actions", "TrajectoryPositionStat").objects.create(
+            tenant=tenant, job="swe", position=position, count=1, work_s=seconds
+        )
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes())
+    assert not TrajectoryPositionStat.objects.exists()
+    assert trajectories_fold_ended() == 1
+    refolded = _stats(Tenant.objects.get(name="folded"))
+    assert refolded == {(0, "edit"): (1, 1.0), (1, "reward"): (1, 0.0)}
