@@ -199,12 +199,17 @@ def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) ->
             else 0.0
         )
         runs.setdefault((tenant_id, job, trajectory), []).append((position, type_, work))
-    # Those folded before, of a trajectory that went on: each gets the new runs after it.
+    # A trajectory whose new runs start past its first went on after it was folded:
+    # each of its actions folded before gets the new runs after it.
+    went_on = Q()
+    for (tenant_id, job, trajectory), ran in runs.items():
+        if min(position for position, _, _ in ran) > 0:
+            went_on |= Q(tenant_id=tenant_id, job=job, trajectory=trajectory)
     counted: dict[tuple[Any, str, str], list[tuple[int, str]]] = {}
-    for tenant_id, job, trajectory, position, type_ in Action.objects.filter(
-        trajectory__in=trajectories, position__isnull=False, trajectory_counted=True
-    ).values_list("tenant_id", "job", "trajectory", "position", "type"):
-        if (tenant_id, job, trajectory) in runs:
+    if went_on:
+        for tenant_id, job, trajectory, position, type_ in Action.objects.filter(
+            went_on, position__isnull=False, trajectory_counted=True
+        ).values_list("tenant_id", "job", "trajectory", "position", "type"):
             counted.setdefault((tenant_id, job, trajectory), []).append((position, type_))
     sums: dict[tuple[Any, str, int, str], tuple[int, float]] = {}
     for key, ran in runs.items():
