@@ -454,8 +454,8 @@ class TangramPolicy:
         to run the job's queued work (expected seconds x units of each kind over
         the pool's capacity of it; the longest kind's).
 
-        The learned rest is its position's average, so it cannot tell a
-        trajectory that is behind from one that is ahead: uncapped, the job's
+        The learned rest is an average over the job's ended trajectories, so it
+        cannot tell a trajectory that is behind from one that is ahead: uncapped, the job's
         slowest trajectories go last and its step waits for them (fragment's
         step 0.92x). Early in a step the job's queue is long and the cap loose;
         once only its stragglers queue, they go by their own work. At 10x,

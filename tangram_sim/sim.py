@@ -150,8 +150,8 @@ class _Trajectory:
         self.reward_s = reward_s
         self.lease: _Action | None = None
         self.wait_s = 0.0
-        #: Each of its finished actions' type and run at minimum units, by position.
-        self.works: list[tuple[str, float]] = []
+        #: Each of its finished actions' position, type and run at minimum units.
+        self.works: list[tuple[int, str, float]] = []
 
 
 class _TaskRun:
@@ -597,9 +597,7 @@ class Simulation:
         run = trajectory.task
         job = (run.task.tenant, run.task.name)
         stat = self.trajectory_stats.get(job)
-        self.trajectory_stats[job] = trajectory_update(
-            stat, ((at, type_, work) for at, (type_, work) in enumerate(trajectory.works))
-        )
+        self.trajectory_stats[job] = trajectory_update(stat, trajectory.works)
         run.remaining -= 1
         if run.remaining:
             return
@@ -1078,7 +1076,8 @@ class Simulation:
         work = work_at_min_units(action.type.elasticity, action.run_s, action.units)
         trajectory = action.trajectory
         if trajectory is not None and action.position is not None:
-            trajectory.works.append((action.type.id, work))  # a batch member's: its batch's run
+            # A batch member's work is its batch's run.
+            trajectory.works.append((action.position, action.type.id, work))
         if action.batch is None:
             self.stats[key] = stat_update(self.stats.get(key), work)
         else:  # what a scheduler sees of a batch: its members and how long it ran
