@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,6 +33,47 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _run_cores(parents: list[Path], action_id: str) -> float | None:
+    """The cores a run cgroup of ``action_id`` under ``parents`` may use: its
+    ``cpu.max`` (v2) or CFS quota (v1); None while there is none."""
+    for parent in parents:
+        for run in parent.glob(f"{action_id}-*"):
+            with contextlib.suppress(OSError, ValueError):
+                if (run / "cpu.max").exists():
+                    quota, period = (run / "cpu.max").read_text().split()
+                    return float("inf") if quota == "max" else int(quota) / int(period)
+                if (run / "cpu.cfs_quota_us").exists():
+                    quota = int((run / "cpu.cfs_quota_us").read_text())
+                    period = int((run / "cpu.cfs_period_us").read_text())
+                    return float("inf") if quota < 0 else quota / period
+    return None
+
+
+@contextmanager
+def sampled_cpu_quota(agent_pid: int, action_id: str) -> Iterator[list[tuple[float, float]]]:
+    """Read, ten times a second, the CPU quota an agent's cgroup gives a run of
+    ``action_id``: ``(time.time(), cores)`` pairs. What the agent asked of the
+    kernel, which a loaded machine cannot blur as it blurs the CPU a run gets."""
+    samples: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        parents: list[Path] = []
+        while not stop.wait(0.1):
+            parents = parents or list(Path("/sys/fs/cgroup").glob(f"**/tangram-agent-{agent_pid}"))
+            cores = _run_cores(parents, action_id)
+            if cores is not None:
+                samples.append((time.time(), cores))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
 
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
