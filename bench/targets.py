@@ -1,6 +1,6 @@
 """The issue's targets on any set of workloads: one row a workload, with the verdicts.
 
-    python -m bench.targets fixtures/workloads/*.yaml
+    python -m bench.targets $(ls fixtures/workloads/*.yaml | grep -v scale)  # scale: 1M actions
     python -m bench.targets my/workloads/*.yaml --seeds 1,2,3 --jobs 2 --format json
     python -m bench.targets fixtures/workloads/swe.yaml --no-savings     # ACT and step only
 
