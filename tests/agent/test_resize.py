@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tangram_agent.cgroups import CGROUP_ROOT
 from tangram_agent.executors import Executor, Sandbox, SandboxExecutor, SleepExecutor
 from tests.agent.conftest import make_assignment, needs_bwrap, sandbox_processes
 from tests.agent.harness import FakeServer, arun, running_agent, sleep_assignment, until
+from tests.cgroups import cores_of
 
 #: Runs long enough to be resized while it runs.
 NAPPER = "import time; time.sleep(4); print('done')"
@@ -36,21 +35,6 @@ def needs_cpu_controller(sandbox: Sandbox) -> None:
     controllers = (sandbox.isolation.cgroups or ":").split(":")[1].split(",")
     if "cpu" not in controllers:
         pytest.skip("no cpu cgroup controller on this host: nothing throttles a sandbox's cores")
-
-
-def cores_of(pid: int) -> float | None:
-    """The cores the cgroup of ``pid`` may use (None: unlimited), read from the host."""
-    lines = [line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
-    for _, controllers, path in lines:
-        if "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
-            d = CGROUP_ROOT / "cpu" / path.lstrip("/")
-            quota = int((d / "cpu.cfs_quota_us").read_text())
-            return None if quota < 0 else quota / int((d / "cpu.cfs_period_us").read_text())
-    unified = (CGROUP_ROOT / "cgroup.controllers").exists()
-    mount = CGROUP_ROOT if unified else CGROUP_ROOT / "unified"
-    path = next(path for _, controllers, path in lines if controllers == "")
-    quota, period = (mount / path.lstrip("/") / "cpu.max").read_text().split()
-    return None if quota == "max" else int(quota) / int(period)
 
 
 async def sandboxed_pid(sandbox: Sandbox) -> int:

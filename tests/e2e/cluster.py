@@ -25,6 +25,8 @@ import httpx
 import psycopg
 import redis
 
+from tests.cgroups import cores_allowed
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -36,18 +38,14 @@ def free_port() -> int:
 
 
 def _run_cores(parents: list[Path], action_id: str) -> float | None:
-    """The cores a run cgroup of ``action_id`` under ``parents`` may use: its
-    ``cpu.max`` (v2) or CFS quota (v1); None while there is none."""
+    """The cores a run cgroup of ``action_id`` under ``parents`` may use (inf:
+    unlimited); None while there is none."""
     for parent in parents:
         for run in parent.glob(f"{action_id}-*"):
-            with contextlib.suppress(OSError, ValueError):
-                if (run / "cpu.max").exists():
-                    quota, period = (run / "cpu.max").read_text().split()
-                    return float("inf") if quota == "max" else int(quota) / int(period)
-                if (run / "cpu.cfs_quota_us").exists():
-                    quota = int((run / "cpu.cfs_quota_us").read_text())
-                    period = int((run / "cpu.cfs_period_us").read_text())
-                    return float("inf") if quota < 0 else quota / period
+            if (run / "cpu.max").exists() or (run / "cpu.cfs_quota_us").exists():
+                with contextlib.suppress(OSError, ValueError):  # it may end as we read
+                    cores = cores_allowed(run)
+                    return float("inf") if cores is None else cores
     return None
 
 
