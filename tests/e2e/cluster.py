@@ -42,10 +42,9 @@ def _run_cores(parents: list[Path], action_id: str) -> float | None:
     unlimited); None while there is none."""
     for parent in parents:
         for run in parent.glob(f"{action_id}-*"):
-            if (run / "cpu.max").exists() or (run / "cpu.cfs_quota_us").exists():
-                with contextlib.suppress(OSError, ValueError):  # it may end as we read
-                    cores = cores_allowed(run)
-                    return float("inf") if cores is None else cores
+            with contextlib.suppress(OSError, ValueError):  # not the cpu one, or it ended
+                cores = cores_allowed(run)
+                return float("inf") if cores is None else cores
     return None
 
 
