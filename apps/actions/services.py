@@ -44,7 +44,7 @@ from tangram_policy.estimate import (
     type_priors,
     work_at_min_units,
 )
-from tangram_policy.types import BatchStat, DurationStat, Elasticity
+from tangram_policy.types import BatchStat, DurationStat, Elasticity, TrajectoryStat
 
 logger = logging.getLogger(__name__)
 
@@ -211,20 +211,20 @@ def trajectories_fold_ended(*, idle_s: float | None = None, limit: int = 500) ->
             went_on, position__isnull=False, trajectory_counted=True
         ).values_list("tenant_id", "job", "trajectory", "position", "type"):
             counted.setdefault((tenant_id, job, trajectory), []).append((position, type_))
-    sums: dict[tuple[Any, str, int, str], tuple[int, float]] = {}
-    for key, ran in runs.items():
-        tenant_id, job, _ = key
-        added = trajectory_update(None, ran, counted.get(key, ()))
-        for (position, type_), (count, rest_s) in added.after.items():
-            was_count, was_rest_s = sums.get((tenant_id, job, position, type_), (0, 0.0))
-            sums[(tenant_id, job, position, type_)] = (was_count + count, was_rest_s + rest_s)
-    for (tenant_id, job, position, type_), (count, rest_s) in sorted(sums.items()):
-        stat, _ = TrajectoryPositionStat.objects.select_for_update().get_or_create(
-            tenant_id=tenant_id, job=job, position=position, type=type_
+    # What this fold adds, per job: the rows below get these sums added.
+    added: dict[tuple[Any, str], TrajectoryStat] = {}
+    for (tenant_id, job, trajectory), ran in runs.items():
+        added[(tenant_id, job)] = trajectory_update(
+            added.get((tenant_id, job)), ran, counted.get((tenant_id, job, trajectory), ())
         )
-        stat.count += count
-        stat.rest_s += rest_s
-        stat.save(update_fields=["count", "rest_s"])
+    for (tenant_id, job), stat_added in sorted(added.items()):
+        for (position, type_), (count, rest_s) in sorted(stat_added.after.items()):
+            stat, _ = TrajectoryPositionStat.objects.select_for_update().get_or_create(
+                tenant_id=tenant_id, job=job, position=position, type=type_
+            )
+            stat.count += count
+            stat.rest_s += rest_s
+            stat.save(update_fields=["count", "rest_s"])
     Action.objects.filter(pk__in=[row[0] for row in rows]).update(trajectory_counted=True)
     return len({(row[1], row[2], row[3]) for row in rows})
 
