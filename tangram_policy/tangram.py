@@ -210,7 +210,7 @@ class TangramConfig:
     #: Seconds of ordering key an action gains per second it waits. At 0.5, one
     #: tenant's long GPU jobs that had waited twice their length went ahead of its
     #: fresh judge calls on GPUs nobody takes back, and shortest-first became
-    #: first-come (bench/README.md, "Slower aging").
+    #: first-come (bench/HISTORY.md, "Slower aging").
     aging_rate: float = 0.25
     #: An action that has waited this long reserves its kind when it does not fit.
     starvation_s: float = 300.0
