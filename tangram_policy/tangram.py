@@ -272,6 +272,7 @@ class _Class:
         "held_over",
         "held_over_borrowing",
         "offering",
+        "heavy",
     )
 
     def __init__(
@@ -313,6 +314,9 @@ class _Class:
         self.held_over_borrowing = math.inf
         #: The nodes that run it: room it waits for is held only there.
         self.offering = pool.offering(head.type)
+        #: Heavier than the pool in some kind: the roomiest node is the one with
+        #: the most copies of it (``Pool.find``).
+        self.heavy = pool.heavier_than_pool(demand, self.kind)
 
     def head_key(self) -> tuple[float, str]:
         entry = self.entries[self.position]
@@ -882,7 +886,13 @@ class _Round:
             return self._hold_for_setup(cls, guaranteed)
         if index is not None:
             found = pool.find(
-                index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
+                index,
+                cls.need,
+                cls.needs,
+                cls.gpus_needed,
+                roomiest,
+                avoiding=avoiding,
+                copies=cls.heavy,
             )
         if found is None:
             warm_listed = bool(index)
@@ -893,20 +903,28 @@ class _Round:
             if pool.evicting and head.setup_s > 0 and self.config.affinity:
                 keeping = head.affinity
             found = pool.find(
-                index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping, avoiding
+                index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping, avoiding, cls.heavy
             )
             if found is not None and keeping and not pool.leaves_slots(found[1], keeping):
                 found = None  # another copy would take the slot a key nobody holds needs
             if found is None and keeping:  # room, if any, only where its setup evicts a key
                 found = pool.find(
-                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
+                    index,
+                    cls.need,
+                    cls.needs,
+                    cls.gpus_needed,
+                    roomiest,
+                    avoiding=avoiding,
+                    copies=cls.heavy,
                 )
                 if found is not None and self._waits(
                     head, self.now - entry[4], warm_listed, found[1]
                 ):
                     return False
             if found is None and avoiding and pool.setting_up_keys:
-                there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+                there = pool.find(
+                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, copies=cls.heavy
+                )
                 if there is not None:  # room only where its keys are still being set up
                     self.setup_only.add(cls.shape)
                     # Best fit found it already; the roomiest search found some node.
@@ -917,7 +935,9 @@ class _Round:
                 and not (avoiding or cls.gpus_needed)
                 and self._backfill(cls, entry[2])
             ):
-                found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+                found = pool.find(
+                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, copies=cls.heavy
+                )
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind

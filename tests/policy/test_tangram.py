@@ -910,6 +910,35 @@ def test_an_elastic_action_goes_where_it_can_grow_and_a_rigid_one_fits_best() ->
     assert (plain.node_id, plain.units) == ("tight", 1)
 
 
+def test_a_memory_heavy_elastic_job_leaves_the_largest_node_memory_for_others() -> None:
+    """By cores alone all sixteen 8 GB jobs would fill the large node's memory,
+    leaving its other 16 cores to nothing but their growth."""
+    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
+    gib = 1024.0
+    nodes = [
+        Node("large", {"cpu": 32.0, "memory": 128 * gib}, CPU),
+        Node("small", {"cpu": 8.0, "memory": 32 * gib}, CPU),
+    ]
+    jobs = [
+        _action(
+            f"j{i}",
+            elasticity=elastic,
+            duration_hint_s=180.0,
+            demand={"cpu": 1.0, "memory": 8 * gib},
+        )
+        for i in range(16)
+    ]
+    placed = get_policy("tangram").decide(_snapshot(nodes, jobs)).placements
+    on_large = [p for p in placed if p.node_id == "large"]
+    assert len(placed) == 16
+    assert 12 <= len(on_large) < 16  # each node left as many more copies as it holds
+    # A job as light as the pool in memory still goes where the cores are.
+    light = _action(
+        "l", elasticity=elastic, duration_hint_s=180.0, demand={"cpu": 1.0, "memory": 4 * gib}
+    )
+    assert get_policy("tangram").decide(_snapshot(nodes, [light])).placements[0].node_id == "large"
+
+
 def test_expansion_is_worth_less_on_a_cold_node() -> None:
     elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.9)
     busy = [RunningAction("r", "o", "python", "n", {"cpu": 16.0}, 0.0)]
