@@ -131,14 +131,30 @@ def _simulate(workload: Workload, policy: str) -> SimResult:
 
 
 def run_policies(
-    workload: Workload, names: list[str], seeds: list[int], executor: Executor
+    workload: Workload,
+    names: list[str],
+    seeds: list[int],
+    executor: Executor,
+    *,
+    leave_out_stuck: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Every (policy, seed) run as its own job: runs are independent and CPU-bound."""
+    """Every (policy, seed) run as its own job: runs are independent and CPU-bound.
+
+    With ``leave_out_stuck``, a policy that leaves actions never placed on some
+    seed is left out of the result instead of raising its ``PolicyError``.
+    """
     runs = {
         name: [executor.submit(_simulate, workload.with_seed(seed), name) for seed in seeds]
         for name in names
     }
-    return {name: aggregate([f.result() for f in futures]) for name, futures in runs.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for name, futures in runs.items():
+        try:
+            out[name] = aggregate([f.result() for f in futures])
+        except PolicyError:
+            if not leave_out_stuck:
+                raise
+    return out
 
 
 def _steps_within(workload: Workload, policy: str, limit: float | None) -> list[float] | None:

@@ -824,6 +824,48 @@ def test_the_perturbation_bench_judges_each_variant(capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out == out and again == code  # the same seed, the same variants
 
 
+def test_the_pools_bench_judges_tangram_on_each_scaled_pool(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.pools import main
+
+    path = str(WORKLOADS / "swe.yaml")
+    assert main([path, "--scales", "0.5,1", "--seeds", "1", "--jobs", "1"]) == 0
+    rows = [row.split() for row in capsys.readouterr().out.splitlines() if row.startswith("swe")]
+    assert [row[1] for row in rows] == ["0.5", "1"]
+    swe = load_workload(path)
+    for row, scale in zip(rows, (0.5, 1.0), strict=True):
+        acts = {
+            policy: simulate(swe.scaled(scale).with_seed(1), policy).acts
+            for policy in ("fifo", "tangram")
+        }
+        fifo, tangram = (sum(acts[p]) / len(acts[p]) for p in ("fifo", "tangram"))
+        assert row[2] == f"{fifo / tangram:.2f}"  # baseline / tangram, on that pool
+    for bad in ("x", "0.5,0"):
+        with pytest.raises(SystemExit) as exited:
+            main([path, "--scales", bad])
+        assert exited.value.code == 2 and "--scales" in capsys.readouterr().err
+
+
+def test_the_pools_bench_says_which_baseline_a_pool_leaves_stuck(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tasks on two cores: partitioned gives each one core, and the second
+    task's two-core action never runs there; fifo and tangram run both."""
+    from bench.pools import main
+
+    raw = _workload()
+    raw["pool"][0]["capacity"] = {"cpu": 2}
+    wide = json.loads(json.dumps(raw["tasks"][0]))
+    wide["name"], wide["actions"][0]["demand"] = "wide", {"cpu": 2}
+    raw["tasks"].append(wide)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(json.dumps(raw))  # JSON is YAML
+    assert main([str(path), "--scales", "1", "--seeds", "1", "--jobs", "1"]) == 0
+    (row,) = [row.split() for row in capsys.readouterr().out.splitlines() if row.startswith("tiny")]
+    assert row[4] == row[7] == "stuck" and row[2] != "stuck"  # "1.00 (1.00)" is two fields
+
+
 def test_unseen_workloads_are_valid_and_depend_only_on_the_seed() -> None:
     import random
 
