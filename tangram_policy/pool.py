@@ -28,6 +28,10 @@ from tangram_policy.types import EPSILON, Node, Resources, RunningAction, Snapsh
 #: Nodes examined past the best-fit point before a placement gives up.
 SCAN_LIMIT = 256
 
+#: How ``Pool.find`` chooses among the nodes with room: the least room of the
+#: index's kind, the most, or the most copies of the action.
+BEST_FIT, MOST_ROOM, MOST_COPIES = 0, 1, 2
+
 IndexKey = tuple[str, frozenset[str], str]
 #: A sorted node index: per node ``_order(room of its kind) << rank bits``
 #: plus the node's rank among node ids, so it sorts by (room, node id).
@@ -508,23 +512,21 @@ class Pool:
         need: float,
         needs: tuple[tuple[str, float], ...],
         gpus_needed: int,
-        roomiest: bool,
+        roomiest: int,
         keeping: frozenset[str] = frozenset(),
         avoiding: frozenset[str] = frozenset(),
-        copies: bool = False,
     ) -> tuple[int, str, tuple[str, ...]] | None:
         """A node in ``index`` with room for every one of ``needs``, its position there, its GPUs.
 
-        The roomiest such node (room for an action to grow), or the best fit:
-        the one with the least room of the index's kind that still holds
+        The roomiest such node (room for an action to grow: ``MOST_ROOM`` of the
+        index's kind, or ``MOST_COPIES`` of the action), or the best fit
+        (``BEST_FIT``): the one with the least room of the index's kind that still holds
         ``need``, so small requests fill the fullest nodes first and large ones
         keep finding whole nodes. ``charge`` takes the position so as not to search for it again.
         With ``keeping`` (warm keys), only a node with free warm slots for them;
-        with ``avoiding``, only one not still setting them up. With ``copies``
-        (``heavier_than_pool``), the roomiest counts room as the copies of the
-        action that fit (``_most_copies``).
+        with ``avoiding``, only one not still setting them up.
         """
-        if roomiest and copies and need > 0:
+        if roomiest == MOST_COPIES and need > 0:
             return self._most_copies(index, need, needs, gpus_needed, keeping, avoiding)
         if roomiest:
             last = len(index) - 1
@@ -582,7 +584,9 @@ class Pool:
             room = free.get(kind, 0.0)
             if room < (most + EPSILON) * need:
                 break  # no later node holds more of the index's kind, so no more copies
-            found = self.find([index[position]], need, needs, gpus_needed, False, keeping, avoiding)
+            found = self.find(
+                [index[position]], need, needs, gpus_needed, BEST_FIT, keeping, avoiding
+            )
             if found is None:
                 continue
             held = min(free.get(k, 0.0) / amount for k, amount in needs)

@@ -114,7 +114,18 @@ from tangram_policy.estimate import (
     observed_work,
     type_priors,
 )
-from tangram_policy.pool import _NO_KEYS, _NO_USAGE, Caps, Index, Plan, Pool, primary_kind
+from tangram_policy.pool import (
+    _NO_KEYS,
+    _NO_USAGE,
+    BEST_FIT,
+    MOST_COPIES,
+    MOST_ROOM,
+    Caps,
+    Index,
+    Plan,
+    Pool,
+    primary_kind,
+)
 from tangram_policy.types import (
     EPSILON,
     RESIZABLE_KINDS,
@@ -272,7 +283,7 @@ class _Class:
         "held_over",
         "held_over_borrowing",
         "offering",
-        "heavy",
+        "roomiest",
     )
 
     def __init__(
@@ -314,9 +325,9 @@ class _Class:
         self.held_over_borrowing = math.inf
         #: The nodes that run it: room it waits for is held only there.
         self.offering = pool.offering(head.type)
-        #: Heavier than the pool in some kind: the roomiest node is the one with
-        #: the most copies of it (``Pool.find``).
-        self.heavy = pool.heavier_than_pool(demand, self.kind)
+        #: How ``Pool.find`` looks for room for it to grow, where it may grow:
+        #: by copies of it where it is heavier than the pool in some kind.
+        self.roomiest = MOST_COPIES if pool.heavier_than_pool(demand, self.kind) else MOST_ROOM
 
     def head_key(self) -> tuple[float, str]:
         entry = self.entries[self.position]
@@ -871,10 +882,12 @@ class _Round:
         members = entry[5]
         elasticity = head.elasticity
         roomiest = (
-            self.elastic
+            cls.roomiest
+            if self.elastic
             and len(members) <= 1
             and elasticity.max_units > elasticity.min_units
             and elasticity.unit_kind not in self.contended
+            else BEST_FIT
         )
         pool = self.pool
         found = None
@@ -886,13 +899,7 @@ class _Round:
             return self._hold_for_setup(cls, guaranteed)
         if index is not None:
             found = pool.find(
-                index,
-                cls.need,
-                cls.needs,
-                cls.gpus_needed,
-                roomiest,
-                avoiding=avoiding,
-                copies=cls.heavy,
+                index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
             )
         if found is None:
             warm_listed = bool(index)
@@ -903,28 +910,20 @@ class _Round:
             if pool.evicting and head.setup_s > 0 and self.config.affinity:
                 keeping = head.affinity
             found = pool.find(
-                index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping, avoiding, cls.heavy
+                index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping, avoiding
             )
             if found is not None and keeping and not pool.leaves_slots(found[1], keeping):
                 found = None  # another copy would take the slot a key nobody holds needs
             if found is None and keeping:  # room, if any, only where its setup evicts a key
                 found = pool.find(
-                    index,
-                    cls.need,
-                    cls.needs,
-                    cls.gpus_needed,
-                    roomiest,
-                    avoiding=avoiding,
-                    copies=cls.heavy,
+                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
                 )
                 if found is not None and self._waits(
                     head, self.now - entry[4], warm_listed, found[1]
                 ):
                     return False
             if found is None and avoiding and pool.setting_up_keys:
-                there = pool.find(
-                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, copies=cls.heavy
-                )
+                there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
                 if there is not None:  # room only where its keys are still being set up
                     self.setup_only.add(cls.shape)
                     # Best fit found it already; the roomiest search found some node.
@@ -935,9 +934,7 @@ class _Round:
                 and not (avoiding or cls.gpus_needed)
                 and self._backfill(cls, entry[2])
             ):
-                found = pool.find(
-                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, copies=cls.heavy
-                )
+                found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -1060,7 +1057,7 @@ class _Round:
         if index is None:
             index = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
         if there is None:
-            there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, False)
+            there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, BEST_FIT)
         if there is None:
             return False
         position, node_id, gpus = there
@@ -1319,7 +1316,7 @@ class _Round:
         index = cls.anywhere
         if index is None:
             index = cls.anywhere = pool._index(cls.type, frozenset(), kind)
-        if pool.find(index, cls.need, cls.needs, cls.gpus_needed, False) is not None:
+        if pool.find(index, cls.need, cls.needs, cls.gpus_needed, BEST_FIT) is not None:
             return
         bound = cls.entries[cls.position][2] * self.config.backfill_ratio
         self._hold(self.held_in_guarantee, (cls.tenant, kind), cls.offering, bound)
