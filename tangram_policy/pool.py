@@ -584,6 +584,7 @@ class Pool:
             room = free.get(kind, 0.0)
             if room < (most + EPSILON) * need:
                 break  # no later node holds more of the index's kind, so no more copies
+            # That one node, through find's checks (room, warm slots, setups, GPUs).
             found = self.find(
                 [index[position]], need, needs, gpus_needed, BEST_FIT, keeping, avoiding
             )
