@@ -167,8 +167,6 @@ class Pool:
         self._shared: dict[tuple[str, tuple[str, ...]], Index] = {}
         #: Per node and kind, its entry in the indexes by that kind and those indexes.
         self._node_indexes: dict[str, dict[str, _Listing]] = {}
-        #: Each index's kind, by its id.
-        self._index_kinds: dict[int, str] = {}
         #: Node ids by rank (sorted) and the bits an entry keeps for the rank.
         self._ids: list[str] = []
         self._ranks: dict[str, int] = {}
@@ -472,7 +470,6 @@ class Pool:
         room_key = self._room_key
         node_indexes = self._node_indexes
         index: Index = []
-        self._index_kinds[id(index)] = kind
         for node_id in listed:
             by_kind = node_indexes.get(node_id)
             if by_kind is None:
@@ -504,7 +501,6 @@ class Pool:
         self._indexes.clear()
         self._shared.clear()
         self._node_indexes.clear()
-        self._index_kinds.clear()
 
     def find(
         self,
@@ -574,25 +570,24 @@ class Pool:
         nothing but them (bursty on 0.6 of its pool, a 32-core node and a
         6.4-core one: 16 shards of 8 GB on the first while its chat calls
         waited; mean ACT 0.66x fifo's on seed 1)."""
-        kind = self._index_kinds[id(index)]
         best: tuple[int, str, tuple[str, ...]] | None = None
         most = 0.0
+        #: Index entries below it hold too little of the index's kind for more copies.
+        bound = 0
         last = len(index) - 1
         for position in range(last, last - SCAN_LIMIT if last >= SCAN_LIMIT else -1, -1):
-            node_id = self._ids[index[position] & self._rank_mask]
-            free = self.free[node_id]
-            room = free.get(kind, 0.0)
-            if room < (most + EPSILON) * need:
-                break  # no later node holds more of the index's kind, so no more copies
+            entry = index[position]
+            if best is not None and entry < bound:
+                break  # the index is sorted: no later node holds more copies either
             # That one node, through find's checks (room, warm slots, setups, GPUs).
-            found = self.find(
-                [index[position]], need, needs, gpus_needed, BEST_FIT, keeping, avoiding
-            )
+            found = self.find([entry], need, needs, gpus_needed, BEST_FIT, keeping, avoiding)
             if found is None:
                 continue
-            held = min(free.get(k, 0.0) / amount for k, amount in needs)
+            free = self.free[found[1]]
+            held = min(free.get(kind, 0.0) / amount for kind, amount in needs)
             if held > most + EPSILON:
-                best, most = (position, node_id, found[2]), held
+                best, most = (position, found[1], found[2]), held
+                bound = _order((most + EPSILON) * need) << self._rank_bits
         return best
 
     def heavier_than_pool(self, demand: Resources, kind: str) -> bool:
