@@ -522,7 +522,7 @@ class Pool:
         With ``keeping`` (warm keys), only a node with free warm slots for them;
         with ``avoiding``, only one not still setting them up.
         """
-        if roomiest == MOST_COPIES and need > 0:
+        if roomiest == MOST_COPIES:  # only for a demand with some of the index's kind
             return self._most_copies(index, need, needs, gpus_needed, keeping, avoiding)
         if roomiest:
             last = len(index) - 1
