@@ -649,6 +649,14 @@ class Pool:
                 )
         return free >= short
 
+    def spares_copies(self, node_id: str, keys: frozenset[str]) -> bool:
+        """Whether each key ``node_id`` holds but ``keys`` and this round's setups has
+        at least two copies more than ``keys`` (nodes holding or setting them up)."""
+        copies = self._copies
+        have = min(copies(key) for key in keys)
+        others = self.nodes[node_id].warm - keys - self.set_up.get(node_id, _NO_KEYS)
+        return all(copies(key) >= have + 2 for key in others)
+
     def _copies(self, key: str) -> int:
         """The nodes holding ``key`` or setting it up, this round's setups included."""
         return self._held_copies.get(key, 0) + self._copies_added.get(key, 0)

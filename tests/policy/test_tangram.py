@@ -333,6 +333,26 @@ def test_a_cold_placement_that_waited_its_setup_evicts_keys_idle_for_a_quarter_a
     assert placed(60.0, {"image:y": 0.0, "image:z": 0.0}, affinity=two) == ["taken"]
 
 
+def test_a_key_short_of_copies_evicts_one_of_keys_with_two_copies_more() -> None:
+    """rmzoo on 2.5 times its pool: two models loaded on all ten hosts, the third's
+    calls waited for the one host holding it. A key whose nodes are full is set
+    up at once on a node whose keys each hold two copies more than it (max-min
+    over copies, as for free slots); it waits where one holds only one more."""
+    x = frozenset({"image:x"})
+    full_of_x = Node("x", {"cpu": 0.0}, CPU, warm=x | {"image:y"}, warm_slots=2)
+    taken = Node("taken", {"cpu": 4.0}, CPU, warm=frozenset({"image:y", "image:z"}), warm_slots=2)
+    policy = get_policy("tangram")
+
+    def placed(copies: dict[str, int]) -> list[str]:
+        pending = [_action("a", affinity=x, setup_s=30.0, submitted_at=99.0)]
+        snapshot = replace(_snapshot([full_of_x, taken], pending), warm_nodes=copies)
+        return [p.node_id for p in policy.decide(snapshot).placements]
+
+    assert placed({"image:x": 1, "image:y": 3, "image:z": 3}) == ["taken"]
+    assert placed({"image:x": 1, "image:y": 3, "image:z": 2}) == []  # z would be left as short
+    assert placed({"image:x": 2, "image:y": 4, "image:z": 4}) == ["taken"]
+
+
 def test_one_round_counts_the_slots_its_own_cold_placements_take() -> None:
     """Two actions with different images and one free slot on the only node with
     room: the first takes the slot, the second waits rather than evict it."""
@@ -1002,6 +1022,40 @@ def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
     first = get_policy("tangram").decide(_snapshot([node], reward)).placements
     assert [(p.action_id, p.batch_id) for p in first[:1]] == [("r0", None)]
     assert len(first) == 6 and len({p.batch_id for p in first[1:]}) == 1
+
+
+def test_reward_actions_batch_for_the_gpus_their_tenants_limit_allows() -> None:
+    """Ten GPUs free, but the tenant's limit allows two: ten calls go as two
+    batches, not as ten singles of which the limit lets two run."""
+    node = Node(
+        "g", {"gpu": 10.0}, frozenset({"reward"}), gpu_groups=(tuple(f"g{i}" for i in range(10)),)
+    )
+    reward = [
+        _action(
+            f"r{i}",
+            type="reward",
+            demand={"gpu": 1.0},
+            batch_key="rm",
+            batch_limit=8,
+            submitted_at=float(i),
+        )
+        for i in range(10)
+    ]
+    seen = {("t", "reward"): DurationStat(1, 1.0)}
+
+    def batches(limit: float) -> list[int]:
+        quotas = {"t": TenantQuota("t", {}, {"gpu": limit})}
+        decision = get_policy("tangram").decide(
+            _snapshot([node], reward, quotas=quotas, stats=seen)
+        )
+        sizes: dict[str | None, int] = {}
+        for placement in decision.placements:
+            key = placement.batch_id or placement.action_id
+            sizes[key] = sizes.get(key, 0) + 1
+        return sorted(sizes.values())
+
+    assert batches(2.0) == [5, 5]
+    assert batches(10.0) == [1] * 10  # every call starts now on a GPU of its own
 
 
 def test_the_batch_size_that_ends_queued_members_soonest() -> None:
