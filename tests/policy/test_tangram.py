@@ -992,9 +992,9 @@ def test_a_running_action_takes_idle_cores_whatever_the_load() -> None:
     assert placement.units < 4
 
 
-def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
-    node = Node("g", {"gpu": 2.0}, frozenset({"reward"}), gpu_groups=(("g0", "g1"),))
-    reward = [
+def _reward_calls(count: int) -> list[PendingAction]:
+    """``count`` batchable 1-GPU calls of one model, submitted a second apart."""
+    return [
         _action(
             f"r{i}",
             type="reward",
@@ -1003,8 +1003,13 @@ def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
             batch_limit=8,
             submitted_at=float(i),
         )
-        for i in range(10)
+        for i in range(count)
     ]
+
+
+def test_reward_actions_batch_only_when_they_outnumber_free_slots() -> None:
+    node = Node("g", {"gpu": 2.0}, frozenset({"reward"}), gpu_groups=(("g0", "g1"),))
+    reward = _reward_calls(10)
     seen = {("t", "reward"): DurationStat(1, 1.0)}  # one has run alone: batches can be measured
     decision = get_policy("tangram").decide(_snapshot([node], reward, stats=seen))
     assert {p.action_id for p in decision.placements} == {f"r{i}" for i in range(10)}
@@ -1030,17 +1035,7 @@ def test_reward_actions_batch_for_the_gpus_their_tenants_limit_allows() -> None:
     node = Node(
         "g", {"gpu": 10.0}, frozenset({"reward"}), gpu_groups=(tuple(f"g{i}" for i in range(10)),)
     )
-    reward = [
-        _action(
-            f"r{i}",
-            type="reward",
-            demand={"gpu": 1.0},
-            batch_key="rm",
-            batch_limit=8,
-            submitted_at=float(i),
-        )
-        for i in range(10)
-    ]
+    reward = _reward_calls(10)
     seen = {("t", "reward"): DurationStat(1, 1.0)}
 
     def batches(limit: float) -> list[int]:
