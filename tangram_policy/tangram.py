@@ -736,9 +736,9 @@ class TangramPolicy:
             slots += int(pool.free[node_id].get(kind, 0.0) / need + 1e-9)
             if slots >= allowed or slots >= count:
                 break
-        if slots >= count and allowed >= count:
-            return 1
         slots = min(slots, allowed)
+        if slots >= count:
+            return 1
         size = min(limit, math.ceil(count / max(slots, 1)))
         if marginal < BATCHING_PAYS_BELOW or slots == 0:
             return size
