@@ -650,11 +650,12 @@ class Pool:
         return free >= short
 
     def spares_copies(self, node_id: str, keys: frozenset[str]) -> bool:
-        """Whether each key ``node_id`` holds but ``keys`` and this round's setups has
-        at least two copies more than ``keys`` (nodes holding or setting them up)."""
+        """Whether each other key in ``node_id``'s slots (held, or set up by this
+        round) has at least two copies more than ``keys`` (nodes holding or setting
+        them up): setting ``keys`` up there may evict any of them."""
         copies = self._copies
         have = min(copies(key) for key in keys)
-        others = self.nodes[node_id].warm - keys - self.set_up.get(node_id, _NO_KEYS)
+        others = (self.nodes[node_id].warm | self.set_up.get(node_id, _NO_KEYS)) - keys
         return all(copies(key) >= have + 2 for key in others)
 
     def _copies(self, key: str) -> int:
