@@ -3,6 +3,7 @@ workload given, on smaller (or larger) pools, judged against them.
 
     python -m bench.pools $(ls fixtures/workloads/*.yaml | grep -v scale)
     python -m bench.pools fixtures/workloads/bursty.yaml --scales 0.35,0.6 --seeds 1,2,3
+    python -m bench.pools fixtures/workloads/swe.yaml --factor think --scales 0.5,2
 
 Each scale multiplies every node group's count (whole nodes, then one partial
 node, as ``--savings`` does). The targets hold the pool fixed and bisect it only
@@ -21,13 +22,18 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from bench.perturb import FACTORS, variant
 from bench.policy import parse_seeds, parse_workload, ratios, run_policies
 
 POLICIES = ["partitioned", "fifo", "tangram"]
-HEAD = (
-    f"{'workload':<16}{'scale':>6}{'ACT vs fifo':>16}{'vs partitioned':>16}"
-    f"{'step vs fifo':>16}{'vs partitioned':>16}"
-)
+
+
+def _head(factor: str) -> str:
+    label = "scale" if factor == "pool" else factor
+    return (
+        f"{'workload':<16}{label:>6}{'ACT vs fifo':>16}{'vs partitioned':>16}"
+        f"{'step vs fifo':>16}{'vs partitioned':>16}"
+    )
 
 
 def _cell(ratio: dict[str, Any] | None, metric: str) -> str:
@@ -44,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("workloads", nargs="+")
     parser.add_argument("--scales", default="0.35,0.45,0.6,0.8", help="e.g. 0.5,0.8,1.5")
+    parser.add_argument(
+        "--factor", default="pool", choices=FACTORS, help="the number the scales multiply"
+    )
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated, e.g. 1,2,3")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
@@ -55,14 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     if any(scale <= 0 for scale in scales):
         parser.error(f"--scales: expected every scale above 0, got {args.scales!r}")
     workloads = [parse_workload(parser, path) for path in args.workloads]
-    print(HEAD, flush=True)
+    print(_head(args.factor), flush=True)
+    unscaled = dict.fromkeys(FACTORS, 1.0)
     behind = []
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:
         for workload in workloads:
             for scale in scales:
-                results = run_policies(
-                    workload.scaled(scale), POLICIES, seeds, executor, leave_out_stuck=True
-                )
+                scaled = variant(workload, {**unscaled, args.factor: scale}, workload.name)
+                results = run_policies(scaled, POLICIES, seeds, executor, leave_out_stuck=True)
                 if "tangram" not in results:
                     print(f"{workload.name:<16}{scale:>6g}  tangram left actions never placed")
                     behind.append(f"{workload.name} at {scale:g} (stuck)")

@@ -847,6 +847,25 @@ def test_the_pools_bench_judges_tangram_on_each_scaled_pool(
         assert exited.value.code == 2 and "--scales" in capsys.readouterr().err
 
 
+def test_the_pools_bench_scales_one_other_factor_instead_of_the_pool(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.perturb import variant
+    from bench.pools import main
+
+    path = str(WORKLOADS / "swe.yaml")
+    assert main([path, "--factor", "think", "--scales", "0.5", "--seeds", "1", "--jobs", "1"]) == 0
+    head, row = capsys.readouterr().out.splitlines()[:2]
+    assert head.split()[1] == "think"
+    factors = {"pool": 1.0, "trajectories": 1.0, "think": 0.5, "duration": 1.0, "setup": 1.0}
+    busier = variant(load_workload(path), factors, "swe").with_seed(1)
+    fifo, tangram = (simulate(busier, policy).acts for policy in ("fifo", "tangram"))
+    assert row.split()[2] == f"{sum(fifo) / len(fifo) / (sum(tangram) / len(tangram)):.2f}"
+    with pytest.raises(SystemExit) as exited:
+        main([path, "--factor", "turns"])
+    assert exited.value.code == 2 and "--factor" in capsys.readouterr().err
+
+
 def test_the_pools_bench_says_which_baseline_a_pool_leaves_stuck(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
