@@ -26,14 +26,17 @@ from bench.perturb import FACTORS, variant
 from bench.policy import parse_seeds, parse_workload, ratios, run_policies
 
 POLICIES = ["partitioned", "fifo", "tangram"]
-
-
-def _head(factor: str) -> str:
-    label = "scale" if factor == "pool" else factor
-    return (
-        f"{'workload':<16}{label:>6}{'ACT vs fifo':>16}{'vs partitioned':>16}"
-        f"{'step vs fifo':>16}{'vs partitioned':>16}"
-    )
+SCALED = {
+    "pool": "the pool",
+    "trajectories": "the trajectories per step",
+    "think": "the LLM think times",
+    "duration": "the action durations",
+    "setup": "the setup times",
+}
+HEAD = (
+    f"{'workload':<16}{'scale':>6}{'ACT vs fifo':>16}{'vs partitioned':>16}"
+    f"{'step vs fifo':>16}{'vs partitioned':>16}"
+)
 
 
 def _cell(ratio: dict[str, Any] | None, metric: str) -> str:
@@ -64,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(scale <= 0 for scale in scales):
         parser.error(f"--scales: expected every scale above 0, got {args.scales!r}")
     workloads = [parse_workload(parser, path) for path in args.workloads]
-    print(_head(args.factor), flush=True)
+    if args.factor != "pool":
+        print(f"each scale multiplies {SCALED[args.factor]}; the pool is as written", flush=True)
+    print(HEAD, flush=True)
     unscaled = dict.fromkeys(FACTORS, 1.0)
     behind = []
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:

@@ -855,8 +855,8 @@ def test_the_pools_bench_scales_one_other_factor_instead_of_the_pool(
 
     path = str(WORKLOADS / "swe.yaml")
     assert main([path, "--factor", "think", "--scales", "0.5", "--seeds", "1", "--jobs", "1"]) == 0
-    head, row = capsys.readouterr().out.splitlines()[:2]
-    assert head.split()[1] == "think"
+    told, _, row = capsys.readouterr().out.splitlines()[:3]
+    assert told == "each scale multiplies the LLM think times; the pool is as written"
     factors = {"pool": 1.0, "trajectories": 1.0, "think": 0.5, "duration": 1.0, "setup": 1.0}
     busier = variant(load_workload(path), factors, "swe").with_seed(1)
     fifo, tangram = (simulate(busier, policy).acts for policy in ("fifo", "tangram"))
