@@ -4,6 +4,7 @@ workload given, on smaller (or larger) pools, judged against them.
     python -m bench.pools $(ls fixtures/workloads/*.yaml | grep -v scale)
     python -m bench.pools fixtures/workloads/bursty.yaml --scales 0.35,0.6 --seeds 1,2,3
     python -m bench.pools fixtures/workloads/swe.yaml --factor think --scales 0.5,2
+    python -m bench.pools fixtures/workloads/swe.yaml --scales 1 --round-interval 1
 
 Each scale multiplies every node group's count (whole nodes, then one partial
 node, as ``--savings`` does). The targets hold the pool fixed and bisect it only
@@ -12,6 +13,13 @@ keep paying when the pool is contended more than the workload was written for.
 Prints one row per (workload, scale): tangram's mean ACT and step against
 fifo's and partitioned's, pooled and on the worst seed, and lists the rows
 where tangram's mean ACT is behind either.
+
+``--factor`` scales another of ``bench.perturb``'s numbers instead of the
+pool, one at a time, on the pool as written: the LLM think times (0.5: the
+same work arrives twice as densely), the setup times, the trajectories per
+step or the action durations. ``--round-interval S`` has every policy decide
+at most once per S seconds, as a scheduler on a timer would, instead of at
+every instant with events.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from bench.perturb import FACTORS, variant
@@ -56,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--factor", default="pool", choices=FACTORS, help="the number the scales multiply"
     )
+    parser.add_argument(
+        "--round-interval",
+        type=float,
+        metavar="S",
+        help="decide at most once per S seconds (the workload's sim.round_interval_s)",
+    )
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated, e.g. 1,2,3")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
@@ -66,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--scales: expected comma-separated numbers, got {args.scales!r}")
     if any(scale <= 0 for scale in scales):
         parser.error(f"--scales: expected every scale above 0, got {args.scales!r}")
+    if args.round_interval is not None and args.round_interval < 0:
+        parser.error(f"--round-interval: expected 0 or more, got {args.round_interval:g}")
     workloads = [parse_workload(parser, path) for path in args.workloads]
+    if args.round_interval is not None:
+        interval = args.round_interval
+        workloads = [replace(workload, round_interval_s=interval) for workload in workloads]
+        print(f"one round at most every {interval:g} s", flush=True)
     if args.factor != "pool":
         print(f"each scale multiplies {SCALED[args.factor]}; the pool is as written", flush=True)
     print(HEAD, flush=True)

@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Mapping
 from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -847,23 +848,26 @@ def test_the_pools_bench_judges_tangram_on_each_scaled_pool(
         assert exited.value.code == 2 and "--scales" in capsys.readouterr().err
 
 
-def test_the_pools_bench_scales_one_other_factor_instead_of_the_pool(
+def test_the_pools_bench_scales_one_other_factor_and_can_decide_on_a_timer(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from bench.perturb import variant
     from bench.pools import main
 
     path = str(WORKLOADS / "swe.yaml")
-    assert main([path, "--factor", "think", "--scales", "0.5", "--seeds", "1", "--jobs", "1"]) == 0
-    told, _, row = capsys.readouterr().out.splitlines()[:3]
+    argv = [path, "--factor", "think", "--scales", "0.5", "--round-interval", "2"]
+    assert main([*argv, "--seeds", "1", "--jobs", "1"]) == 0
+    timer, told, _, row = capsys.readouterr().out.splitlines()[:4]
+    assert timer == "one round at most every 2 s"
     assert told == "each scale multiplies the LLM think times; the pool is as written"
     factors = {"pool": 1.0, "trajectories": 1.0, "think": 0.5, "duration": 1.0, "setup": 1.0}
-    busier = variant(load_workload(path), factors, "swe").with_seed(1)
-    fifo, tangram = (simulate(busier, policy).acts for policy in ("fifo", "tangram"))
+    busier = replace(variant(load_workload(path), factors, "swe"), round_interval_s=2.0)
+    fifo, tangram = (simulate(busier.with_seed(1), policy).acts for policy in ("fifo", "tangram"))
     assert row.split()[2] == f"{sum(fifo) / len(fifo) / (sum(tangram) / len(tangram)):.2f}"
-    with pytest.raises(SystemExit) as exited:
-        main([path, "--factor", "turns"])
-    assert exited.value.code == 2 and "--factor" in capsys.readouterr().err
+    for bad in (["--factor", "turns"], ["--round-interval", "-1"]):
+        with pytest.raises(SystemExit) as exited:
+            main([path, *bad])
+        assert exited.value.code == 2 and bad[0] in capsys.readouterr().err
 
 
 def test_the_pools_bench_says_which_baseline_a_pool_leaves_stuck(
