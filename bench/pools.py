@@ -35,8 +35,7 @@ from bench.perturb import FACTORS, variant
 from bench.policy import parse_seeds, parse_workload, ratios, run_policies
 
 POLICIES = ["partitioned", "fifo", "tangram"]
-SCALED = {
-    "pool": "the pool",
+SCALED = {  # what --factor multiplies, besides the pool
     "trajectories": "the trajectories per step",
     "think": "the LLM think times",
     "duration": "the action durations",
@@ -85,9 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--round-interval: expected 0 or more, got {args.round_interval:g}")
     workloads = [parse_workload(parser, path) for path in args.workloads]
     if args.round_interval is not None:
-        interval = args.round_interval
-        workloads = [replace(workload, round_interval_s=interval) for workload in workloads]
-        print(f"one round at most every {interval:g} s", flush=True)
+        workloads = [replace(w, round_interval_s=args.round_interval) for w in workloads]
+        print(f"one round at most every {args.round_interval:g} s", flush=True)
     if args.factor != "pool":
         print(f"each scale multiplies {SCALED[args.factor]}; the pool is as written", flush=True)
     print(HEAD, flush=True)
