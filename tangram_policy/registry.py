@@ -1,7 +1,9 @@
 """Policies by name, for settings (``TANGRAM_POLICY``) and the simulator.
 
 ``tangram`` is the full policy; each ``tangram-no-<mechanism>`` turns one
-mechanism off, for ablations.
+mechanism off, for ablations. ``tangram-no-aging`` orders by expected work
+alone (``aging_rate`` 0), so a flood of short actions can hold a long one
+back for ever: it is there to measure what bounded waits cost, not to run.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo": FifoPolicy,
     "tangram": TangramPolicy,
     **{f"tangram-no-{m.replace('_', '-')}": partial(_ablation, m) for m in ABLATIONS},
+    "tangram-no-aging": partial(
+        TangramPolicy, TangramConfig(aging_rate=0.0), name="tangram-no-aging"
+    ),
 }
 
 

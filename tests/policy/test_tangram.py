@@ -20,6 +20,7 @@ from tangram_policy.types import (
     Elasticity,
     Node,
     PendingAction,
+    Policy,
     Resizable,
     Resize,
     RunningAction,
@@ -1198,7 +1199,7 @@ def test_a_borrower_never_exceeds_its_limit() -> None:
     assert sum(p.allocation["cpu"] for p in decision.placements) <= 5.0
 
 
-def _serve(policy: TangramPolicy, gap: float, long_s: float, horizon: float) -> float | None:
+def _serve(policy: Policy, gap: float, long_s: float, horizon: float) -> float | None:
     """One 1-core node; a long action at t=0 and a 1 s action every ``gap`` s after it.
 
     Returns when the long action starts, or None if it has not by ``horizon``.
@@ -1239,5 +1240,5 @@ def test_aging_bounds_the_wait_of_a_long_action_under_a_flood_of_short_ones(
     # Only actions submitted before long_s / aging_rate can overtake it, each 1 s long.
     overtakers = math.ceil((long_s / config.aging_rate) / gap) + 2
     assert started is not None and started <= overtakers * 1.0 + 1.0
-    pure_sjf = TangramPolicy(replace(config, aging_rate=0.0))
+    pure_sjf = get_policy("tangram-no-aging")
     assert _serve(pure_sjf, gap, long_s, horizon=4 * overtakers) is None
