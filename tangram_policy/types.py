@@ -248,6 +248,9 @@ class TypeLoad:
     #: The job (``PendingAction.job``) whose actions these are, also while none
     #: runs or waits; "" where they are several jobs' or none was named.
     job: str = ""
+    #: One action's demand at minimum units, every kind ({}: unknown, only
+    #: ``kind`` is kept for the type).
+    demand: Resources = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ from tangram_policy.types import (
     Policy,
     Resizable,
     Resize,
+    Resources,
     RunningAction,
     Snapshot,
     TrajectoryStat,
@@ -230,10 +231,11 @@ class _Action:
 class _Load:
     """One (tenant, type)'s units of ``kind`` held and queued, and their mean held."""
 
-    __slots__ = ("kind", "job", "held", "queued", "mean_held", "at")
+    __slots__ = ("kind", "demand", "job", "held", "queued", "mean_held", "at")
 
-    def __init__(self, kind: str, job: str, now: float) -> None:
-        self.kind = kind
+    def __init__(self, demand: Resources, job: str, now: float) -> None:
+        self.kind = primary_kind(demand)
+        self.demand = demand
         #: The task whose type it is ("" for a replayed trace's).
         self.job = job
         self.held = 0.0
@@ -660,8 +662,7 @@ class Simulation:
         key = (action.tenant, action.type.id)
         load = self._loads.get(key)
         if load is None:
-            kind = primary_kind(action.type.demand)
-            load = self._loads[key] = _Load(kind, _job(action), self.now)
+            load = self._loads[key] = _Load(action.type.demand, _job(action), self.now)
         load.catch_up(self.now)
         return load
 
@@ -757,7 +758,9 @@ class Simulation:
         out = {}
         for key, load in self._loads.items():
             load.catch_up(self.now)
-            out[key] = TypeLoad(load.kind, load.held, load.queued, load.mean_held, load.job)
+            out[key] = TypeLoad(
+                load.kind, load.held, load.queued, load.mean_held, load.job, load.demand
+            )
         return out
 
     def _resizable_now(self) -> tuple[Resizable, ...]:

@@ -242,6 +242,9 @@ class ActionLoadStat(models.Model):
     #: The job whose actions of the type the latest round saw ("": several jobs').
     job = models.CharField(max_length=200, blank=True, default="")
     kind = models.CharField(max_length=64)
+    #: One action's demand, every kind, as the latest round saw it: room of the
+    #: other kinds is kept in proportion (``TypeLoad.demand``).
+    demand = models.JSONField(default=dict, blank=True)
     held = models.FloatField(default=0.0)
     mean_held = models.FloatField(default=0.0)
     updated_at = models.DateTimeField()

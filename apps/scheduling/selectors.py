@@ -202,13 +202,14 @@ def _type_loads(
 ) -> dict[tuple[str, str], TypeLoad]:
     """Per (tenant, type): what its placed actions hold of its primary kind and its
     queued ones ask (at minimum units), its mean held, brought up to ``now`` from
-    ``ActionLoadStat`` (what the latest round saw it hold, held since), and its job:
-    the one its actions now are of, else the one the latest round saw ("": several)."""
-    #: (tenant, type) -> [kind, held, queued, job ("": several jobs')]
+    ``ActionLoadStat`` (what the latest round saw it hold, held since), its job:
+    the one its actions now are of, else the one the latest round saw ("": several),
+    and one action's demand: one of those now, else the one the latest round saw."""
+    #: (tenant, type) -> [kind, held, queued, job ("": several jobs'), demand]
     amounts: dict[tuple[str, str], list[Any]] = {}
 
-    def amount(key: tuple[str, str], kind: str, job: str) -> list[Any]:
-        entry = amounts.setdefault(key, [kind, 0.0, 0.0, job])
+    def amount(key: tuple[str, str], demand: Resources, job: str) -> list[Any]:
+        entry = amounts.setdefault(key, [primary_kind(demand), 0.0, 0.0, job, demand])
         if entry[3] != job:
             entry[3] = ""
         return entry
@@ -222,22 +223,22 @@ def _type_loads(
     )
     for tenant_id, type_, job, text, count in placed:
         demand = decoded.get("demand", text) or {}
-        kind = primary_kind(demand)
-        amount((str(tenant_id), type_), kind, job)[1] += float(demand.get(kind, 0.0)) * count
+        entry = amount((str(tenant_id), type_), demand, job)
+        entry[1] += float(demand.get(entry[0], 0.0)) * count
     for action in pending:
-        kind = primary_kind(action.demand)
-        amount((action.tenant, action.type), kind, action.job)[2] += action.demand.get(kind, 0.0)
+        entry = amount((action.tenant, action.type), action.demand, action.job)
+        entry[2] += action.demand.get(entry[0], 0.0)
     loads: dict[tuple[str, str], TypeLoad] = {}
     for row in ActionLoadStat.objects.values_list(
-        "tenant_id", "type", "job", "kind", "held", "mean_held", "updated_at"
+        "tenant_id", "type", "job", "kind", "demand", "held", "mean_held", "updated_at"
     ):
-        tenant_id, type_, job, kind, held, mean_held, updated_at = row
+        tenant_id, type_, job, kind, demand, held, mean_held, updated_at = row
         key = (str(tenant_id), type_)
         mean = decayed_mean(mean_held, held, (now - updated_at).total_seconds())
-        kind, held_now, queued, job = amounts.pop(key, (kind, 0.0, 0.0, job))
-        loads[key] = TypeLoad(kind, held_now, queued, mean, job)
-    for key, (kind, held_now, queued, job) in amounts.items():
-        loads[key] = TypeLoad(kind, held_now, queued, 0.0, job)
+        kind, held_now, queued, job, demand = amounts.pop(key, (kind, 0.0, 0.0, job, demand))
+        loads[key] = TypeLoad(kind, held_now, queued, mean, job, demand)
+    for key, (kind, held_now, queued, job, demand) in amounts.items():
+        loads[key] = TypeLoad(kind, held_now, queued, 0.0, job, demand)
     return loads
 
 

@@ -146,6 +146,7 @@ def _note_type_loads(snapshot: Snapshot) -> None:
                 type=type_,
                 job=load.job,
                 kind=load.kind,
+                demand=dict(load.demand),
                 held=load.held,
                 mean_held=load.mean_held,
                 updated_at=seen_at,
@@ -156,7 +157,7 @@ def _note_type_loads(snapshot: Snapshot) -> None:
             kept,
             update_conflicts=True,
             unique_fields=["tenant", "type"],
-            update_fields=["job", "kind", "held", "mean_held", "updated_at"],
+            update_fields=["job", "kind", "demand", "held", "mean_held", "updated_at"],
         )
     if gone:
         ActionLoadStat.objects.filter(

@@ -610,6 +610,34 @@ def test_a_saturated_job_keeps_no_room_from_its_own_long_work_for_its_short_call
     assert placed(20, job="") == 5
 
 
+def test_another_jobs_long_work_leaves_the_memory_kept_cores_need() -> None:
+    """The calls (1 core, 1 GiB) are kept 9 cores as above, and 9 GiB beside them:
+    another job's 100 s shards of 1 core and 8 GiB stop while 17 GiB of the
+    71 free are left, where the cores alone would let all eight go and leave the
+    kept cores no memory (bursty at twice the trajectories). A job's own long
+    work, or a type whose demand is not known, keeps them cores only."""
+    node = Node("n", {"cpu": 32.0, "memory": 73728.0}, frozenset({"python", "shard"}))
+    running = [RunningAction("r", "t", "python", "n", {"cpu": 2.0, "memory": 1024.0}, 0.0)]
+    stats = {("t", "python"): DurationStat(50, 1.0), ("t", "shard"): DurationStat(5, 100.0)}
+    call = {"cpu": 1.0, "memory": 1024.0}
+
+    def placed(job: str, demand: dict[str, float] = call) -> int:
+        shard = {"cpu": 1.0, "memory": 8192.0}
+        shards = [
+            _action(f"s{i}", type="shard", demand=shard, job=job, submitted_at=90.0)
+            for i in range(8)
+        ]
+        load = TypeLoad("cpu", held=1.0, queued=0.0, mean_held=5.0, job="chat", demand=demand)
+        snapshot = replace(
+            _snapshot([node], shards, running, None, stats), type_loads={("t", "python"): load}
+        )
+        return len(TangramPolicy().decide(partial_view(snapshot)).placements)
+
+    assert placed(job="prep") == 7  # 71, 63, ..., 23 GiB free before each; then 15
+    assert placed(job="chat") == 8  # its own: 30 free cores less 8 still leave 9
+    assert placed(job="prep", demand={}) == 8
+
+
 def test_a_long_job_goes_ahead_of_fresh_short_calls_only_after_four_times_its_length() -> None:
     """One tenant's 240 s GPU job and its 6 s judge call wait for the one GPU that
     freed; nothing holds it (the call fits). The job has waited 600 s: at an aging

@@ -542,3 +542,21 @@ def test_a_round_takes_cores_back_from_several_grown_actions(settings):
     rigid.refresh_from_db()
     assert (rigid.state, rigid.node) == ("assigned", node)
     assert placed_usage().by_node[node.id]["cpu"] == 8
+
+
+def test_a_types_load_carries_its_whole_demand_also_while_the_type_is_away():
+    """The room kept for a type covers its memory beside its cores, so its load
+    carries one action's whole demand, kept in ``ActionLoadStat`` for the rounds
+    where none of its actions runs or waits."""
+    NodeFactory(capacity={"cpu": 8, "memory": 100_000})
+    tenant = TenantFactory()
+    ActionFactory.create_batch(2, tenant=tenant, demand={"cpu": 1, "memory": 2048})
+    key = (str(tenant.id), "sleep")
+    assert scheduling_snapshot().type_loads[key].demand == {"cpu": 1, "memory": 2048}
+    assert schedule_round().placed == 2
+    schedule_round()  # notes the type's demand
+    row = ActionLoadStat.objects.get(tenant=tenant, type="sleep")
+    assert row.demand == {"cpu": 1, "memory": 2048}
+    Action.objects.update(state="succeeded")
+    away = scheduling_snapshot().type_loads[key]
+    assert (away.held, away.queued, away.demand) == (0.0, 0.0, {"cpu": 1, "memory": 2048})
