@@ -1054,8 +1054,8 @@ class _Round:
                     own = self.type_loads.get((cls.tenant, cls.type))
                     saturated = (
                         own is not None
-                        and own.kind in RESIZABLE_KINDS
-                        and own.queued > pool.room_on(own.kind, cls.offering) + EPSILON
+                        and own.kind == kind
+                        and own.queued > pool.room_on(kind, cls.offering) + EPSILON
                     )
                 if saturated:
                     continue

@@ -229,7 +229,8 @@ class _Action:
 
 
 class _Load:
-    """One (tenant, type)'s units of ``kind`` held and queued, and their mean held."""
+    """One (tenant, type)'s units of ``kind`` held and queued, their mean held, and
+    one action's whole ``demand``."""
 
     __slots__ = ("kind", "demand", "job", "held", "queued", "mean_held", "at")
 
