@@ -638,6 +638,53 @@ def test_another_jobs_long_work_leaves_the_memory_kept_cores_need() -> None:
     assert placed(job="prep", demand={}) == 8
 
 
+def test_a_borrowers_long_jobs_leave_an_idle_guarantee_of_gpus_to_its_short_calls() -> None:
+    """Tenant a's judge calls (2 s) held 2 GPUs on average lately and hold none
+    now: tenant b's 300 s jobs, borrowing beyond b's guarantee, leave a the 2
+    GPUs of its guarantee a GPU job would hold for its whole run (twice what
+    the calls held, capped by a's guarantee left). One of the three free goes.
+    Short jobs, jobs within b's own guarantee, a's own jobs, a guarantee in use
+    and a type not held lately leave nothing (unseen-117-17)."""
+    node = Node("g", {"gpu": 4.0}, frozenset({"judge", "job"}))
+    running = [RunningAction("r", "b", "job", "g", {"gpu": 1.0}, 0.0)]
+    stats = {("a", "judge"): DurationStat(50, 2.0), ("b", "job"): DurationStat(5, 300.0)}
+    stats[("a", "job")] = stats[("b", "job")]
+
+    def placed(
+        tenant: str = "b",
+        b_guaranteed: float = 0.0,
+        mean_held: float = 1.0,
+        held: list[RunningAction] = running,
+        hint: float | None = None,
+        **config: float,
+    ) -> int:
+        quotas = {
+            "a": TenantQuota("a", guaranteed={"gpu": 2.0}, limit={"gpu": 4.0}),
+            "b": TenantQuota("b", guaranteed={"gpu": b_guaranteed}, limit={"gpu": 4.0}),
+        }
+        jobs = [
+            _action(f"j{i}", tenant=tenant, type="job", demand={"gpu": 1.0}, submitted_at=90.0)
+            for i in range(3)
+        ]
+        jobs = [replace(job, duration_hint_s=hint) for job in jobs]
+        load = TypeLoad("gpu", held=0.0, queued=0.0, mean_held=mean_held)
+        snapshot = replace(
+            _snapshot([node], jobs, held, quotas, stats, now=100.0),
+            type_loads={("a", "judge"): load},
+        )
+        policy = TangramPolicy(TangramConfig(**config))  # type: ignore[arg-type]
+        return len(policy.decide(partial_view(snapshot)).placements)
+
+    assert placed() == 1  # 3 free: one leaves 2 for a's calls
+    assert placed(keep_share=0.0) == 3
+    assert placed(hint=30.0) == 3  # within keep_ratio (20) times the calls' 2 s
+    assert placed(b_guaranteed=3.0) == 2  # two within b's guarantee, then one borrowing
+    assert placed(tenant="a") == 3  # a's own jobs
+    assert placed(mean_held=0.0) == 3
+    in_use = [*running, RunningAction("c", "a", "judge", "g", {"gpu": 2.0}, 99.0)]
+    assert placed(held=in_use) == 1  # a's guarantee held: what is free is b's to borrow
+
+
 def test_a_long_job_goes_ahead_of_fresh_short_calls_only_after_four_times_its_length() -> None:
     """One tenant's 240 s GPU job and its 6 s judge call wait for the one GPU that
     freed; nothing holds it (the call fits). The job has waited 600 s: at an aging
