@@ -456,9 +456,8 @@ class TangramPolicy:
         pool = Pool(snapshot, topology=config.topology)
         round_ = _Round(pool, config, snapshot.now)
         if config.keep_share > 0 and snapshot.type_loads:
-            round_.kept = self._kept(snapshot)
+            round_.kept, round_.guarded = self._kept(snapshot)
             round_.type_loads = snapshot.type_loads
-            round_.guarded = self._guarded(snapshot)
         classes = self._classes(snapshot, pool)
         round_.place(classes)
         if config.shrinking and snapshot.resizable:
@@ -664,45 +663,37 @@ class TangramPolicy:
         load = snapshot.type_loads.get((action.tenant, action.type))
         return load is None or load.held <= 0
 
-    def _kept(self, snapshot: Snapshot) -> dict[str, list[_Kept]]:
-        """Per tenant, the room kept for its short types (``_Round._keeps``)."""
+    def _kept(self, snapshot: Snapshot) -> tuple[dict[str, list[_Kept]], list[tuple[str, _Kept]]]:
+        """The room kept for short types: per tenant, of cores and the rest of their
+        demand, from its own long work (``_Round._keeps``); and per tenant
+        guaranteed a kind nobody takes back, of that kind, from borrowers
+        (``_Round._guards``)."""
         config = self.config
         stats = snapshot.duration_stats
         kept: dict[str, list[_Kept]] = {}
+        guarded: list[tuple[str, _Kept]] = []
         for (tenant, action_type), load in snapshot.type_loads.items():
             stat = stats.get((tenant, action_type))
-            if stat is None or load.kind not in RESIZABLE_KINDS:
+            if stat is None:
                 continue
             amount = config.keep_share * load.mean_held - load.held - load.queued
-            if amount > EPSILON:
-                bound = stat.mean_s * config.keep_ratio
-                rows = kept.setdefault(tenant, [])
-                rows.append(_Kept(action_type, load.kind, amount, bound, load.job))
-                per_action = load.demand.get(load.kind, 0.0)
-                for kind, need in load.demand.items():  # the rest of its demand, in proportion
-                    if kind != load.kind and need > 0 and per_action > 0:
-                        share = amount * need / per_action
-                        rows.append(_Kept(action_type, kind, share, bound, load.job))
-        return kept
-
-    def _guarded(self, snapshot: Snapshot) -> list[tuple[str, _Kept]]:
-        """Per tenant guaranteed a kind nobody takes back, the room its short types
-        of that kind held lately (``_Round._guards``), as ``_kept`` works it out."""
-        config = self.config
-        stats = snapshot.duration_stats
-        guarded = []
-        for (tenant, action_type), load in snapshot.type_loads.items():
-            stat = stats.get((tenant, action_type))
-            quota = snapshot.quotas.get(tenant)
-            if stat is None or quota is None or load.kind in RESIZABLE_KINDS:
+            if amount <= EPSILON:
                 continue
-            if quota.guaranteed.get(load.kind, 0.0) <= 0:
+            bound = stat.mean_s * config.keep_ratio
+            row = _Kept(action_type, load.kind, amount, bound, load.job)
+            if load.kind not in RESIZABLE_KINDS:
+                quota = snapshot.quotas.get(tenant)
+                if quota is not None and quota.guaranteed.get(load.kind, 0.0) > 0:
+                    guarded.append((tenant, row))
                 continue
-            amount = config.keep_share * load.mean_held - load.held - load.queued
-            if amount > EPSILON:
-                bound = stat.mean_s * config.keep_ratio
-                guarded.append((tenant, _Kept(action_type, load.kind, amount, bound, load.job)))
-        return guarded
+            rows = kept.setdefault(tenant, [])
+            rows.append(row)
+            per_action = load.demand.get(load.kind, 0.0)
+            for kind, need in load.demand.items():  # the rest of its demand, in proportion
+                if kind != load.kind and need > 0 and per_action > 0:
+                    share = amount * need / per_action
+                    rows.append(_Kept(action_type, kind, share, bound, load.job))
+        return kept, guarded
 
     def _may_grow(self, snapshot: Snapshot) -> bool:
         """Whether a running action could take more units (only of a kind taken back)."""
@@ -851,7 +842,7 @@ class _Round:
         #: Per tenant, room kept for its short types (``TangramPolicy._kept``).
         self.kept: dict[str, list[_Kept]] = {}
         #: Per tenant guaranteed a kind nobody takes back, room kept for its short
-        #: types of it from borrowers (``TangramPolicy._guarded``).
+        #: types of it from borrowers (``TangramPolicy._kept``).
         self.guarded: list[tuple[str, _Kept]] = []
         #: ``Snapshot.type_loads``, where room is kept: a job saturated by its own type.
         self.type_loads: Mapping[tuple[str, str], TypeLoad] = {}
