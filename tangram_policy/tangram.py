@@ -359,7 +359,8 @@ class _Target:
 
 
 class _Kept(NamedTuple):
-    """Room of ``kind`` a tenant keeps for its short ``type`` (``_Round._keeps``)."""
+    """Room of ``kind`` a tenant keeps for its short ``type`` (``_Round._keeps``,
+    ``_Round._guards``)."""
 
     type: str
     kind: str
