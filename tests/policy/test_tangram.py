@@ -494,7 +494,9 @@ def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
     tenant would hold the GPU that frees for its whole run, so it leaves it (the call
     fits once one more frees), while a 6 s job, within backfill_ratio (3) of the
     call's 3 s, still takes it; and so does the long job once it has waited twice
-    starvation_s (600 s). Cores come back from whatever runs on them: no hold for them."""
+    starvation_s (600 s) or, if longer, its run over aging_rate (1,200 s): calls
+    submitted up to that long after it go first by their keys anyway. Cores come
+    back from whatever runs on them: no hold for them."""
     node = Node("g", {"gpu": 1.0, "cpu": 1.0}, frozenset({"judge", "job", "prep"}))
     running = [RunningAction("r", "t", "job", "full", {"gpu": 7.0, "cpu": 7.0}, 0.0)]
     quotas = {"t": TenantQuota("t", guaranteed={}, limit={"gpu": 8.0, "cpu": 8.0})}
@@ -512,10 +514,16 @@ def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
     assert placed([judge, job]) == []
     assert placed([judge, job], backfill_ratio=0.0) == ["job"]  # the rule off
     assert placed([judge, short]) == ["short"]
-    # Held no longer once it has waited 600 s (no aging, so the call still goes first).
+    # Without aging, held no longer once it has waited 600 s (the call still goes first).
     late_judge = replace(judge, submitted_at=640.0)
     assert placed([late_judge, job], now=650.0, aging_rate=0.0) == ["job"]
     assert placed([late_judge, job], now=649.0, aging_rate=0.0) == []
+    # With aging (0.25), held while its wait is within its run over the rate,
+    # 1,200 s: a call submitted 1,187 s after it is still ahead of it in order.
+    assert placed([replace(judge, submitted_at=690.0), job], now=700.0) == []
+    later_judge = replace(judge, submitted_at=1237.0)
+    assert placed([later_judge, job], now=1249.0) == []
+    assert placed([later_judge, job], now=1250.0) == ["job"]
     cpu_judge = _action("judge", type="prep", demand={"cpu": 2.0}, submitted_at=0.0)
     cpu_job = _action("job", type="prep", demand={"cpu": 1.0}, submitted_at=50.0)
     cpu_job = replace(cpu_job, duration_hint_s=300.0)
