@@ -3,6 +3,7 @@
     python -m bench.unseen --count 24 --seed 1
     python -m bench.unseen --count 8 --seed 2 --seeds 1,2,3 --savings --keep /tmp/unseen
     python -m bench.unseen --pool-share 0.25,0.5      # as contended as most shipped pools
+    python -m bench.unseen --count 30 --seed 200 --require offline,gpu_judge --min-tenants 2
 
 The shipped workloads were each written for a reason, and several changed the
 policy after they were run; the issue asks that the targets hold on workloads
@@ -16,6 +17,11 @@ quarter and all of the cores ``static``'s sandboxes need (``--pool-share``).
 ``bench.targets`` judges each (same policies, seeds and verdicts), and the
 summary counts how often tangram beats ``fifo`` and ``partitioned``. ``--keep
 DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
+
+``--require`` and ``--min-tenants`` sweep one family of draws: every
+workload is still drawn, so names and contents match the same seed's
+unfiltered draw, but only those with all the required shapes (and at least
+that many tenants) are judged.
 """
 
 from __future__ import annotations
@@ -358,10 +364,24 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(f"{x:g}" for x in POOL_SHARE),
         help="LOW,HIGH: the cores drawn, as a share of what static's sandboxes need",
     )
+    parser.add_argument(
+        "--require",
+        default="",
+        help=f"SHAPE,...: judge only draws with all of these tasks ({', '.join(sorted(SHAPES))})",
+    )
+    parser.add_argument(
+        "--min-tenants", type=int, default=1, help="judge only draws with at least this many"
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error(f"--count: expected at least 1, got {args.count}")
+    required = {shape for shape in args.require.split(",") if shape}
+    if required - set(SHAPES):
+        unknown = ", ".join(sorted(required - set(SHAPES)))
+        parser.error(f"--require: no such task shape {unknown}; expected of {', '.join(SHAPES)}")
+    if not 1 <= args.min_tenants <= 3:
+        parser.error(f"--min-tenants: draws have 1 to 3 tenants, got {args.min_tenants}")
     seeds = parse_seeds(parser, args.seeds)
     share = _share(parser, args.pool_share)
     rng = random.Random(args.seed)
@@ -372,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as executor:
         for number in range(args.count):
             raw = draw_workload(rng, f"unseen-{args.seed}-{number}", share=share)
+            if len(raw["tenants"]) < args.min_tenants or not required <= {
+                task["name"] for task in raw["tasks"]
+            }:
+                continue
             if args.keep is not None:
                 path = args.keep / f"{raw['name']}.yaml"
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -382,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
             print(" " * 14 + " + ".join(task["name"] for task in raw["tasks"]), flush=True)
     print(summary(rows))
     print(beaten(rows))
+    if required or args.min_tenants > 1:
+        print(f"judged {len(rows)} of {args.count} draws (--require, --min-tenants)")
     return 0
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tangram_policy.estimate import trajectory_stat
 from tangram_policy.types import Decision, Placement, Snapshot, TrajectoryStat, TypeLoad
@@ -922,6 +923,37 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
         with pytest.raises(SystemExit) as exited:
             main(["--pool-share", bad])
         assert exited.value.code == 2 and "--pool-share" in capsys.readouterr().err
+    for flag, bad in (("--require", "offline,gpu"), ("--min-tenants", "4")):
+        with pytest.raises(SystemExit) as exited:
+            main([flag, bad])
+        assert exited.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_the_unseen_bench_judges_only_the_family_it_is_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--require`` and ``--min-tenants`` skip draws, never change them: the
+    workloads judged are the same seed's unfiltered draws of those names."""
+    import random
+
+    from bench.unseen import draw_workload, main
+
+    rng = random.Random(5)
+    drawn = [draw_workload(rng, f"unseen-5-{number}") for number in range(12)]
+    wanted = [
+        raw["name"]
+        for raw in drawn
+        if "interpreter" in {task["name"] for task in raw["tasks"]} and len(raw["tenants"]) >= 2
+    ]
+    assert 0 < len(wanted) < 12  # the seed draws both kinds
+    argv = ["--count", "12", "--seed", "5", "--seeds", "1", "--jobs", "1", "--keep", str(tmp_path)]
+    assert main([*argv, "--require", "interpreter", "--min-tenants", "2"]) == 0
+    out = capsys.readouterr().out
+    assert [row.split()[0] for row in out.splitlines() if row.startswith("unseen-5-")] == wanted
+    assert f"judged {len(wanted)} of 12 draws" in out
+    assert sorted(path.stem for path in tmp_path.glob("*.yaml")) == sorted(wanted)
+    for path in tmp_path.glob("*.yaml"):
+        assert yaml.safe_load(path.read_text()) == next(r for r in drawn if r["name"] == path.stem)
 
 
 def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> None:
