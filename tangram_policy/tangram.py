@@ -28,8 +28,11 @@ One round, from a snapshot, in five passes:
    waits are bounded. A type nothing is known of (none has finished or runs, no hint)
    is probed: its first action in line is ordered as if it took no time.
 3. **Quotas.** Actions within their tenant's guarantee are placed first, in
-   order. The rest borrow idle capacity up to their limits, the tenant with the
-   lowest dominant-resource share / weight first (Kueue-style fair sharing),
+   order (cores its elastic actions hold above their minimum, which the
+   round takes back where others wait, count only against actions whose
+   primary kind is cores). The rest borrow idle capacity up to their
+   limits, the tenant with the lowest dominant-resource share / weight
+   first (Kueue-style fair sharing),
    never taking a non-lent idle guarantee. A guaranteed action that finds
    no room reserves its primary kind from borrowers whose tenant holds no
    guarantee of it, a starving one from everyone: on the nodes that run it

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tangram_policy.estimate import trajectory_stat, trajectory_update
-from tangram_policy.pool import partial_view
+from tangram_policy.pool import Pool, partial_view
 from tangram_policy.registry import get_policy
 from tangram_policy.tangram import TangramConfig, TangramPolicy, cheapest_batch
 from tangram_policy.types import (
@@ -529,6 +529,46 @@ def test_a_head_stopped_on_gpus_keeps_them_from_much_longer_actions() -> None:
     cpu_job = replace(cpu_job, duration_hint_s=300.0)
     cpu_judge = replace(cpu_judge, duration_hint_s=3.0)
     assert placed([cpu_judge, cpu_job]) == ["job"]
+
+
+def test_cores_a_tenant_grew_into_leave_its_gpu_calls_within_their_guarantee() -> None:
+    """Tenant b's tests grew to all 8 of its guaranteed cores (1 at their minimum). Its
+    judge asks 2 cores beside its GPU: counted, the grown cores would make it a borrower,
+    behind tenant a's job, whose tenant has the lower share. They are not counted (the
+    round takes them back where others wait for them), so the judge is within b's
+    guarantee and goes first. Its GPU is its primary kind: cores held above the minimum
+    still count for work whose primary kind is cores."""
+    nodes = [
+        Node("c", {"cpu": 8.0}, frozenset({"test"})),
+        Node("g", {"gpu": 1.0, "cpu": 4.0}, frozenset({"judge", "job"})),
+    ]
+    running, grown = _grown(8, tenant="b", node="c")
+    quotas = {
+        "a": TenantQuota("a", guaranteed={}, limit={"gpu": 1.0, "cpu": 4.0}),
+        "b": TenantQuota("b", guaranteed={"cpu": 8.0, "gpu": 1.0}, limit={"cpu": 16.0, "gpu": 1.0}),
+    }
+    stats = {("b", "judge"): DurationStat(5, 3.0), ("a", "job"): DurationStat(5, 30.0)}
+    judge = _action("judge", tenant="b", type="judge", demand={"gpu": 1.0, "cpu": 2.0})
+    job = _action("job", tenant="a", type="job", demand={"gpu": 1.0, "cpu": 1.0})
+
+    def placed(held: tuple[Resizable, ...], pending: list[PendingAction]) -> list[str]:
+        snapshot = _snapshot(nodes, pending, [running], quotas, stats)
+        decision = get_policy("tangram").decide(replace(snapshot, resizable=held))
+        return [p.action_id for p in decision.placements]
+
+    assert placed((grown,), [judge, job]) == ["judge"]
+    assert placed((), [judge, job]) == ["job"]  # not elastic: b is over its guarantee
+    # The 7 grown cores lift the ceiling of cores for the judge, not for a test call.
+    pool = Pool(replace(_snapshot(nodes, [judge], [running], quotas), resizable=(grown,)))
+
+    def ceilings(demand: dict[str, float]) -> dict[str, float]:
+        caps = pool.guarantee_caps("b", demand)
+        assert caps is not None
+        return {kind: ceiling for kind, _, ceiling in caps}
+
+    judge_caps, test_caps = ceilings(judge.demand), ceilings({"cpu": 1.0})
+    assert judge_caps["cpu"] == pytest.approx(15.0) and judge_caps["gpu"] == pytest.approx(1.0)
+    assert test_caps["cpu"] == pytest.approx(8.0)
 
 
 def test_long_jobs_leave_room_for_the_cores_a_short_type_held_lately() -> None:
