@@ -370,14 +370,16 @@ class Pool:
             return None
         primary = primary_kind(demand)
         extra = self.extra_held
-        return tuple(
-            (
-                kind,
-                amount,
-                guaranteed + EPSILON + (extra.get((tenant, kind), 0.0) if kind != primary else 0.0),
-            )
-            for kind, amount, guaranteed in bounds
-        )
+        limit = quota.limit
+        caps = []
+        for kind, amount, guaranteed in bounds:
+            ceiling = guaranteed
+            if kind != primary and (tenant, kind) in extra:  # never past the limit
+                ceiling = max(
+                    guaranteed, min(guaranteed + extra[(tenant, kind)], limit.get(kind, math.inf))
+                )
+            caps.append((kind, amount, ceiling + EPSILON))
+        return tuple(caps)
 
     def limit_caps(self, tenant: str, demand: Resources) -> Caps:
         """What ``tenant``'s limit bounds of ``demand``."""

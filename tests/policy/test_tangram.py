@@ -536,8 +536,8 @@ def test_cores_a_tenant_grew_into_leave_its_gpu_calls_within_their_guarantee() -
     judge asks 2 cores beside its GPU: counted, the grown cores would make it a borrower,
     behind tenant a's job, whose tenant has the lower share. They are not counted (the
     round takes them back where others wait for them), so the judge is within b's
-    guarantee and goes first. Its GPU is its primary kind: cores held above the minimum
-    still count for work whose primary kind is cores."""
+    guarantee and goes first, within b's limit. Its GPU is its primary kind: cores held
+    above the minimum still count for work whose primary kind is cores."""
     nodes = [
         Node("c", {"cpu": 8.0}, frozenset({"test"})),
         Node("g", {"gpu": 1.0, "cpu": 4.0}, frozenset({"judge", "job"})),
@@ -558,6 +558,10 @@ def test_cores_a_tenant_grew_into_leave_its_gpu_calls_within_their_guarantee() -
 
     assert placed((grown,), [judge, job]) == ["judge"]
     assert placed((), [judge, job]) == ["job"]  # not elastic: b is over its guarantee
+    # Never past the limit: at 9 cores the judge's 2 would take b over it.
+    quotas["b"] = replace(quotas["b"], limit={"cpu": 9.0, "gpu": 1.0})
+    assert placed((grown,), [judge, job]) == ["job"]
+    quotas["b"] = replace(quotas["b"], limit={"cpu": 16.0, "gpu": 1.0})
     # The 7 grown cores lift the ceiling of cores for the judge, not for a test call.
     pool = Pool(replace(_snapshot(nodes, [judge], [running], quotas), resizable=(grown,)))
 
