@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"SHAPE,...: judge only draws with all of these tasks ({', '.join(sorted(SHAPES))})",
     )
     parser.add_argument(
-        "--min-tenants", type=int, default=1, help="judge only draws with at least this many"
+        "--min-tenants", type=int, default=1, help="judge only draws with at least N tenants"
     )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
