@@ -379,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     required = {shape for shape in args.require.split(",") if shape}
     if required - set(SHAPES):
         unknown = ", ".join(sorted(required - set(SHAPES)))
-        parser.error(f"--require: no such task shape {unknown}; expected of {', '.join(SHAPES)}")
+        shapes = ", ".join(sorted(SHAPES))
+        parser.error(f"--require: no such task shape {unknown}; expected any of {shapes}")
     if not 1 <= args.min_tenants <= 3:
         parser.error(f"--min-tenants: draws have 1 to 3 tenants, got {args.min_tenants}")
     seeds = parse_seeds(parser, args.seeds)
