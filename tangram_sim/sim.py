@@ -30,6 +30,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from tangram_policy.estimate import (
@@ -318,6 +319,9 @@ class SimResult:
     records: list[ActionRecord] = field(default_factory=list)
     #: Per (tenant, action type).
     type_totals: dict[tuple[str, str], TypeTotals] = field(default_factory=dict)
+    #: Per tenant and guaranteed kind, the unit-seconds of its guarantee it asked
+    #: for and did not hold (``Simulation.shortfall``).
+    shortfall: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         acts = sorted(self.acts)
@@ -351,6 +355,9 @@ def quantile(ordered: list[float], q: float) -> float:
         return 0.0
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
+
+#: An empty mapping for a tenant that holds or queues nothing.
+_NOTHING: Mapping[str, float] = MappingProxyType({})
 
 # Event kinds, in the order they run at one instant; rounds run last.
 _STEP, _SUBMIT, _FINISH, _THINK_DONE, _LEASE_READY, _SET_UP, _ROUND = 0, 1, 2, 3, 4, 5, 9
@@ -403,6 +410,16 @@ class Simulation:
         self.type_totals: dict[tuple[str, str], TypeTotals] = {}
         self.steps: list[float] = []
         self.busy: dict[str, float] = {}
+        #: Per tenant and kind, the demand of its pending actions at their minimum.
+        self.queued: dict[str, dict[str, float]] = {}
+        #: (tenant, kind, guaranteed amount) for every guarantee of the workload.
+        self._guarantees = [
+            (tenant, kind, amount)
+            for tenant, quota in sorted(workload.quotas.items())
+            for kind, amount in sorted(quota.guaranteed.items())
+            if amount > 0
+        ]
+        self.shortfall: dict[str, dict[str, float]] = {}
         self.rounds = 0
         self._round_at: float | None = None
         self._ids = 0
@@ -514,6 +531,8 @@ class Simulation:
             if self.time_limit_s is not None and at > self.time_limit_s:
                 self.truncated = True
                 break
+            if self._guarantees and at > self.now:
+                self._accrue_shortfall(at - self.now)
             self.now = at
             if kind == _FINISH:
                 # Else a resize moved it (a later one may move it back: one finish).
@@ -548,7 +567,24 @@ class Simulation:
             busy=self.busy,
             rounds=self.rounds,
             records=self.records,
+            shortfall=self.shortfall,
         )
+
+    def _accrue_shortfall(self, elapsed_s: float) -> None:
+        """Add ``elapsed_s`` of each tenant's guarantee it asks for and does not
+        hold: ``min(guaranteed, held + queued) - held``, per kind. Under no
+        policy is it 0 where actions run to the end (a tenant that comes back
+        to a pool full of others' work waits for it), so it tells how soon
+        each policy gives a tenant back what it is guaranteed, and how much a
+        policy that ignores guarantees took from the tenants that have them."""
+        usages = self.usage
+        queued = self.queued
+        for tenant, kind, guaranteed in self._guarantees:
+            held = usages.get(tenant, _NOTHING).get(kind, 0.0)
+            short = min(guaranteed, held + queued.get(tenant, _NOTHING).get(kind, 0.0)) - held
+            if short > 1e-9:
+                by_kind = self.shortfall.setdefault(tenant, {})
+                by_kind[kind] = by_kind.get(kind, 0.0) + short * elapsed_s
 
     # -- the RL loop -----------------------------------------------------------
 
@@ -654,6 +690,9 @@ class Simulation:
             position=action.position,
         )
         self.pending[action.id] = action
+        queued = self.queued.setdefault(action.tenant, {})
+        for kind, amount in action.type.demand.items():
+            queued[kind] = queued.get(kind, 0.0) + amount
         load = self._load_of(action)
         load.queued += action.type.demand.get(load.kind, 0.0)
         self._wake()
@@ -750,6 +789,9 @@ class Simulation:
             action = self.pending.pop(placement.action_id, None)
             if action is None:
                 raise PolicyError(f"{self.policy_name}: unknown or repeated {placement.action_id}")
+            queued = self.queued[action.tenant]
+            for kind, amount in action.type.demand.items():
+                queued[kind] -= amount
             key = placement.batch_id or placement.action_id
             batches.setdefault(key, []).append((action, placement))
         for members in batches.values():

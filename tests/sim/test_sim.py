@@ -258,6 +258,29 @@ def test_a_lending_limit_keeps_the_rest_of_the_guarantee_for_its_owner_by_hand(
     assert by_tenant == acts
 
 
+@pytest.mark.parametrize(
+    ("lending_limit", "shortfall"),
+    [
+        # Lent in full: the lender asks for 1 of its 2 guaranteed cores at t = 1
+        # and holds none until the first borrowed job ends at 10: 9 core-seconds.
+        # The borrower holds its guarantee throughout.
+        ({}, {"a": {"cpu": 9.0}}),
+        # One core kept back: the call runs at once; the borrower holds 3 cores,
+        # its guarantee and one more, while its fourth job waits: nobody is short.
+        ({"cpu": 1}, {}),
+    ],
+)
+def test_the_simulator_counts_the_guarantee_a_tenant_asked_for_and_did_not_hold_by_hand(
+    lending_limit: dict[str, float], shortfall: dict[str, dict[str, float]]
+) -> None:
+    result = simulate(workload_from_dict(_lending(lending_limit)), "tangram")
+    assert _flat(result.shortfall) == pytest.approx(_flat(shortfall))
+
+
+def _flat(nested: Mapping[str, Mapping[str, float]]) -> dict[tuple[str, str], float]:
+    return {(outer, inner): v for outer, values in nested.items() for inner, v in values.items()}
+
+
 def _one_tenant_lending(tmp_path: Path) -> Path:
     """Both tasks of ``_lending`` in one tenant, b, guaranteed all 4 cores."""
     raw = _lending({})
@@ -735,6 +758,20 @@ def test_the_bench_gives_each_tenant_its_mean_act() -> None:
         f"{by_tenant['team-big']:.2f}",
         f"{by_tenant['team-small']:.2f}",
     ]
+
+
+def test_the_bench_prints_the_guarantee_each_tenant_went_without() -> None:
+    """Mean over seeds, per tenant and kind, and a row of them per policy."""
+    from bench.policy import aggregate, table
+
+    workload = workload_from_dict(_lending({}))
+    metrics = aggregate([simulate(workload.with_seed(seed), "fifo") for seed in (1, 2)])
+    assert _flat(metrics["guarantee_shortfall_unit_s"]) == pytest.approx({("a", "cpu"): 9.0})
+    report = {"workload": "lending", "seeds": [1, 2], "policies": {"fifo": metrics}}
+    lines = table({**report, "ratios": {}, "wall_s": 0.0}).splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("guarantee short")))
+    assert lines[header].split()[-1] == "a"
+    assert lines[header + 1].split() == ["fifo", "cpu", "9"]
 
 
 def test_the_bench_tells_where_each_type_s_act_went() -> None:
