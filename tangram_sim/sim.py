@@ -412,13 +412,13 @@ class Simulation:
         self.busy: dict[str, float] = {}
         #: Per tenant and kind, the demand of its pending actions at their minimum.
         self.queued: dict[str, dict[str, float]] = {}
-        #: (tenant, kind, guaranteed amount) for every guarantee of the workload.
-        self._guarantees = [
-            (tenant, kind, amount)
-            for tenant, quota in sorted(workload.quotas.items())
-            for kind, amount in sorted(quota.guaranteed.items())
-            if amount > 0
-        ]
+        #: Per tenant with a guarantee, per kind: [guaranteed, short now, since when]
+        #: (``_shortfall_changed``).
+        self._short: dict[str, dict[str, list[float]]] = {
+            tenant: {kind: [amount, 0.0, 0.0] for kind, amount in quota.guaranteed.items()}
+            for tenant, quota in workload.quotas.items()
+            if any(amount > 0 for amount in quota.guaranteed.values())
+        }
         self.shortfall: dict[str, dict[str, float]] = {}
         self.rounds = 0
         self._round_at: float | None = None
@@ -531,8 +531,6 @@ class Simulation:
             if self.time_limit_s is not None and at > self.time_limit_s:
                 self.truncated = True
                 break
-            if self._guarantees and at > self.now:
-                self._accrue_shortfall(at - self.now)
             self.now = at
             if kind == _FINISH:
                 # Else a resize moved it (a later one may move it back: one finish).
@@ -555,6 +553,8 @@ class Simulation:
             raise PolicyError(self._stuck())
         if self._waiting and not self.truncated:
             raise ValueError(f"trace actions wait in a cycle (on {min(self._waiting)!r})")
+        for tenant in self._short:  # what is still short (a truncated run), up to now
+            self._shortfall_changed(tenant)
         return SimResult(
             policy=self.policy_name,
             workload=self.workload.name,
@@ -570,21 +570,29 @@ class Simulation:
             shortfall=self.shortfall,
         )
 
-    def _accrue_shortfall(self, elapsed_s: float) -> None:
-        """Add ``elapsed_s`` of each tenant's guarantee it asks for and does not
-        hold: ``min(guaranteed, held + queued) - held``, per kind. Under no
-        policy is it 0 where actions run to the end (a tenant that comes back
-        to a pool full of others' work waits for it), so it tells how soon
-        each policy gives a tenant back what it is guaranteed, and how much a
-        policy that ignores guarantees took from the tenants that have them."""
-        usages = self.usage
-        queued = self.queued
-        for tenant, kind, guaranteed in self._guarantees:
-            held = usages.get(tenant, _NOTHING).get(kind, 0.0)
-            short = min(guaranteed, held + queued.get(tenant, _NOTHING).get(kind, 0.0)) - held
-            if short > 1e-9:
+    def _shortfall_changed(self, tenant: str) -> None:
+        """``tenant``'s usage or queue changed: add up, per kind, how much of its
+        guarantee it asked for and did not hold since the last change,
+        ``min(guaranteed, held + queued) - held``, and start anew from now.
+
+        No policy gets it to 0 where actions run to their end (a tenant back
+        from a pause waits for what borrowers started), so it tells how soon
+        each policy gives a tenant what it is guaranteed, and how much one
+        that ignores guarantees took from the tenants that have them."""
+        kinds = self._short.get(tenant)
+        if kinds is None:
+            return
+        now = self.now
+        usage = self.usage.get(tenant, _NOTHING)
+        queued = self.queued.get(tenant, _NOTHING)
+        for kind, cell in kinds.items():
+            guaranteed, short, since = cell
+            if short > 1e-9 and now > since:
                 by_kind = self.shortfall.setdefault(tenant, {})
-                by_kind[kind] = by_kind.get(kind, 0.0) + short * elapsed_s
+                by_kind[kind] = by_kind.get(kind, 0.0) + short * (now - since)
+            held = usage.get(kind, 0.0)
+            cell[1] = min(guaranteed, held + queued.get(kind, 0.0)) - held
+            cell[2] = now
 
     # -- the RL loop -----------------------------------------------------------
 
@@ -693,6 +701,7 @@ class Simulation:
         queued = self.queued.setdefault(action.tenant, {})
         for kind, amount in action.type.demand.items():
             queued[kind] = queued.get(kind, 0.0) + amount
+        self._shortfall_changed(action.tenant)
         load = self._load_of(action)
         load.queued += action.type.demand.get(load.kind, 0.0)
         self._wake()
@@ -792,6 +801,7 @@ class Simulation:
             queued = self.queued[action.tenant]
             for kind, amount in action.type.demand.items():
                 queued[kind] -= amount
+            self._shortfall_changed(action.tenant)
             key = placement.batch_id or placement.action_id
             batches.setdefault(key, []).append((action, placement))
         for members in batches.values():
@@ -1028,6 +1038,7 @@ class Simulation:
         node.free[kind] = node.free.get(kind, 0.0) + released
         usage = self.usage[action.tenant]
         usage[kind] = usage.get(kind, 0.0) - released
+        self._shortfall_changed(action.tenant)
         self.busy[kind] = self.busy.get(kind, 0.0) + released * (now - action.started)
         action.allocation = expected
         # The part of the run not yet done, at the new units' speed.
@@ -1055,6 +1066,7 @@ class Simulation:
             usage[kind] = usage.get(kind, 0.0) + amount
             if quota is not None and kind in quota.limit and usage[kind] > quota.limit[kind] + 1e-6:
                 raise PolicyError(f"{self.policy_name}: {action.tenant} over its {kind} limit")
+        self._shortfall_changed(action.tenant)
         gpus = placement.gpus
         count = int(round(placement.allocation.get("gpu", 0.0)))
         if node.gpu_groups and count:
@@ -1079,6 +1091,7 @@ class Simulation:
             node.free[kind] = node.free.get(kind, 0.0) + amount
             usage[kind] = usage.get(kind, 0.0) - amount
             self.busy[kind] = self.busy.get(kind, 0.0) + amount * held_s
+        self._shortfall_changed(action.tenant)
         if action.gpus:
             for gpu in action.gpus:
                 for position, group in enumerate(node.gpu_groups):
