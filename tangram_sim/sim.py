@@ -4,7 +4,8 @@ Each task runs synchronous RL steps: a step starts all its trajectories; a
 trajectory alternates LLM think time and one action per turn, then makes a
 final reward call; the step ends when its last trajectory does, plus the
 trainer's time. Every action's submit, start and finish and every step's
-duration are recorded.
+duration are recorded, and per tenant how much of its guarantee it asked
+for and did not hold (``SimResult.shortfall``).
 
 Policies: any name from ``tangram_policy.registry`` drives one shared
 action-level queue; two baselines reshape the pool first (see
