@@ -301,8 +301,8 @@ def table(report: dict[str, Any], by_type: bool = False) -> str:
 
 
 def _shortfall_lines(policies: dict[str, dict[str, Any]]) -> list[str]:
-    """Per policy and tenant, the unit-seconds of its guarantee it asked for and did not
-    hold (mean over seeds; memory left out): a mean ACT bought by taking from a
+    """Per policy and tenant, the unit-seconds of its guarantee it asked for while others
+    held it (mean over seeds; memory left out): a mean ACT bought by taking from a
     guaranteed tenant shows here."""
     short = {name: m["guarantee_shortfall_unit_s"] for name, m in policies.items()}
     tenants = sorted({t for by_tenant in short.values() for t in by_tenant})

@@ -5,7 +5,7 @@ trajectory alternates LLM think time and one action per turn, then makes a
 final reward call; the step ends when its last trajectory does, plus the
 trainer's time. Every action's submit, start and finish and every step's
 duration are recorded, and per tenant how much of its guarantee it asked
-for and did not hold (``SimResult.shortfall``).
+for while others held it (``SimResult.shortfall``).
 
 Policies: any name from ``tangram_policy.registry`` drives one shared
 action-level queue; two baselines reshape the pool first (see
@@ -321,7 +321,7 @@ class SimResult:
     #: Per (tenant, action type).
     type_totals: dict[tuple[str, str], TypeTotals] = field(default_factory=dict)
     #: Per tenant and guaranteed kind, the unit-seconds of its guarantee it asked
-    #: for and did not hold (``Simulation.shortfall``).
+    #: for while others held it (``Simulation._accrue_shortfall``).
     shortfall: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
@@ -413,13 +413,18 @@ class Simulation:
         self.busy: dict[str, float] = {}
         #: Per tenant and kind, the demand of its pending actions at their minimum.
         self.queued: dict[str, dict[str, float]] = {}
-        #: Per tenant with a guarantee, per kind: [guaranteed, short now, since when]
-        #: (``_shortfall_changed``).
-        self._short: dict[str, dict[str, list[float]]] = {
-            tenant: {kind: [amount, 0.0, 0.0] for kind, amount in quota.guaranteed.items()}
-            for tenant, quota in workload.quotas.items()
-            if any(amount > 0 for amount in quota.guaranteed.values())
-        }
+        #: Per kind, what all tenants hold.
+        self._used: dict[str, float] = {}
+        #: (tenant, kind, guaranteed) for each guarantee; those short now, and by
+        #: how much, worked out again after usage or a queue changed (``_accrue``).
+        self._guarantees = [
+            (tenant, kind, amount)
+            for tenant, quota in sorted(workload.quotas.items())
+            for kind, amount in sorted(quota.guaranteed.items())
+            if amount > 0
+        ]
+        self._short_now: list[tuple[str, str, float]] = []
+        self._short_stale = False
         self.shortfall: dict[str, dict[str, float]] = {}
         self.rounds = 0
         self._round_at: float | None = None
@@ -532,6 +537,8 @@ class Simulation:
             if self.time_limit_s is not None and at > self.time_limit_s:
                 self.truncated = True
                 break
+            if self._guarantees and at > self.now:
+                self._accrue_shortfall(at - self.now)
             self.now = at
             if kind == _FINISH:
                 # Else a resize moved it (a later one may move it back: one finish).
@@ -554,8 +561,6 @@ class Simulation:
             raise PolicyError(self._stuck())
         if self._waiting and not self.truncated:
             raise ValueError(f"trace actions wait in a cycle (on {min(self._waiting)!r})")
-        for tenant in self._short:  # what is still short (a truncated run), up to now
-            self._shortfall_changed(tenant)
         return SimResult(
             policy=self.policy_name,
             workload=self.workload.name,
@@ -571,29 +576,32 @@ class Simulation:
             shortfall=self.shortfall,
         )
 
-    def _shortfall_changed(self, tenant: str) -> None:
-        """``tenant``'s usage or queue changed: add up, per kind, how much of its
-        guarantee it asked for and did not hold since the last change,
-        ``min(guaranteed, held + queued) - held``, and start anew from now.
+    def _accrue_shortfall(self, elapsed_s: float) -> None:
+        """Add ``elapsed_s`` of each guarantee that others hold while its tenant
+        asks for it: ``min(guaranteed, held + queued) - held``, less what is
+        free of the kind (room left free is the policy's own wait: for a warm
+        node, a batch; not a guarantee taken).
 
         No policy gets it to 0 where actions run to their end (a tenant back
         from a pause waits for what borrowers started), so it tells how soon
         each policy gives a tenant what it is guaranteed, and how much one
         that ignores guarantees took from the tenants that have them."""
-        kinds = self._short.get(tenant)
-        if kinds is None:
-            return
-        now = self.now
-        usage = self.usage.get(tenant, _NOTHING)
-        queued = self.queued.get(tenant, _NOTHING)
-        for kind, cell in kinds.items():
-            guaranteed, short, since = cell
-            if short > 1e-9 and now > since:
-                by_kind = self.shortfall.setdefault(tenant, {})
-                by_kind[kind] = by_kind.get(kind, 0.0) + short * (now - since)
-            held = usage.get(kind, 0.0)
-            cell[1] = min(guaranteed, held + queued.get(kind, 0.0)) - held
-            cell[2] = now
+        if self._short_stale:
+            self._short_stale = False
+            usages = self.usage
+            queued = self.queued
+            capacity = self.capacity
+            used = self._used
+            short_now = self._short_now = []
+            for tenant, kind, guaranteed in self._guarantees:
+                held = usages.get(tenant, _NOTHING).get(kind, 0.0)
+                asked = min(guaranteed, held + queued.get(tenant, _NOTHING).get(kind, 0.0))
+                short = asked - held - (capacity.get(kind, 0.0) - used.get(kind, 0.0))
+                if short > 1e-9:
+                    short_now.append((tenant, kind, short))
+        for tenant, kind, short in self._short_now:
+            by_kind = self.shortfall.setdefault(tenant, {})
+            by_kind[kind] = by_kind.get(kind, 0.0) + short * elapsed_s
 
     # -- the RL loop -----------------------------------------------------------
 
@@ -702,7 +710,7 @@ class Simulation:
         queued = self.queued.setdefault(action.tenant, {})
         for kind, amount in action.type.demand.items():
             queued[kind] = queued.get(kind, 0.0) + amount
-        self._shortfall_changed(action.tenant)
+        self._short_stale = True
         load = self._load_of(action)
         load.queued += action.type.demand.get(load.kind, 0.0)
         self._wake()
@@ -802,7 +810,7 @@ class Simulation:
             queued = self.queued[action.tenant]
             for kind, amount in action.type.demand.items():
                 queued[kind] -= amount
-            self._shortfall_changed(action.tenant)
+            self._short_stale = True
             key = placement.batch_id or placement.action_id
             batches.setdefault(key, []).append((action, placement))
         for members in batches.values():
@@ -1039,7 +1047,8 @@ class Simulation:
         node.free[kind] = node.free.get(kind, 0.0) + released
         usage = self.usage[action.tenant]
         usage[kind] = usage.get(kind, 0.0) - released
-        self._shortfall_changed(action.tenant)
+        self._used[kind] -= released
+        self._short_stale = True
         self.busy[kind] = self.busy.get(kind, 0.0) + released * (now - action.started)
         action.allocation = expected
         # The part of the run not yet done, at the new units' speed.
@@ -1062,12 +1071,14 @@ class Simulation:
                 )
         quota = self.workload.quotas.get(action.tenant)
         usage = self.usage.setdefault(action.tenant, {})
+        used = self._used
         for kind, amount in placement.allocation.items():
             node.free[kind] = node.free.get(kind, 0.0) - amount
             usage[kind] = usage.get(kind, 0.0) + amount
+            used[kind] = used.get(kind, 0.0) + amount
             if quota is not None and kind in quota.limit and usage[kind] > quota.limit[kind] + 1e-6:
                 raise PolicyError(f"{self.policy_name}: {action.tenant} over its {kind} limit")
-        self._shortfall_changed(action.tenant)
+        self._short_stale = True
         gpus = placement.gpus
         count = int(round(placement.allocation.get("gpu", 0.0)))
         if node.gpu_groups and count:
@@ -1091,8 +1102,9 @@ class Simulation:
         for kind, amount in action.allocation.items():
             node.free[kind] = node.free.get(kind, 0.0) + amount
             usage[kind] = usage.get(kind, 0.0) - amount
+            self._used[kind] -= amount
             self.busy[kind] = self.busy.get(kind, 0.0) + amount * held_s
-        self._shortfall_changed(action.tenant)
+        self._short_stale = True
         if action.gpus:
             for gpu in action.gpus:
                 for position, group in enumerate(node.gpu_groups):

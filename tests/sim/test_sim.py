@@ -270,11 +270,39 @@ def test_a_lending_limit_keeps_the_rest_of_the_guarantee_for_its_owner_by_hand(
         ({"cpu": 1}, {}),
     ],
 )
-def test_the_simulator_counts_the_guarantee_a_tenant_asked_for_and_did_not_hold_by_hand(
+def test_the_simulator_counts_the_guarantee_a_tenant_asked_for_while_others_held_it(
     lending_limit: dict[str, float], shortfall: dict[str, dict[str, float]]
 ) -> None:
     result = simulate(workload_from_dict(_lending(lending_limit)), "tangram")
     assert _flat(result.shortfall) == pytest.approx(_flat(shortfall))
+
+
+class _InPairs:
+    """Places pending actions on the first node only two at a time: it waits with room free."""
+
+    name = "in-pairs"
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        if len(snapshot.pending) < 2:
+            return Decision(())
+        node = snapshot.nodes[0].id
+        return Decision(tuple(Placement(a.id, node, dict(a.demand)) for a in snapshot.pending))
+
+
+def test_a_guarantee_left_free_while_its_tenant_waits_is_not_counted_short() -> None:
+    """One tenant guaranteed both cores; its first call waits 3 s for the second,
+    both cores free: that wait is the policy's, no guarantee was taken."""
+    raw = _workload(tenants=[{"name": "a", "guaranteed": {"cpu": 2}, "limit": {"cpu": 2}}])
+    raw["pool"][0]["capacity"] = {"cpu": 2}
+    first = raw["tasks"][0]
+    first.update(tenant="a", turns=1)
+    first["actions"][0].update(setup_s=0, start_s=0, affinity=[])
+    second = json.loads(json.dumps(first))
+    second.update(name="u", start_s=3)
+    raw["tasks"].append(second)
+    result = simulate(workload_from_dict(raw), _InPairs())
+    assert sorted(result.acts) == [5.0, 8.0]  # submitted at 10 and 13, both run 13..18
+    assert result.shortfall == {}
 
 
 def _flat(nested: Mapping[str, Mapping[str, float]]) -> dict[tuple[str, str], float]:
