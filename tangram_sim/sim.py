@@ -413,16 +413,16 @@ class Simulation:
         self.busy: dict[str, float] = {}
         #: Per tenant and kind, the demand of its pending actions at their minimum.
         self.queued: dict[str, dict[str, float]] = {}
-        #: Per kind, what all tenants hold.
-        self._used: dict[str, float] = {}
         #: (tenant, kind, guaranteed) for each guarantee; those short now, and by
-        #: how much, worked out again after usage or a queue changed (``_accrue``).
+        #: how much, worked out again after usage or a queue changed
+        #: (``_accrue_shortfall``).
         self._guarantees = [
             (tenant, kind, amount)
             for tenant, quota in sorted(workload.quotas.items())
             for kind, amount in sorted(quota.guaranteed.items())
             if amount > 0
         ]
+        self._guaranteed_kinds = sorted({kind for _, kind, _ in self._guarantees})
         self._short_now: list[tuple[str, str, float]] = []
         self._short_stale = False
         self.shortfall: dict[str, dict[str, float]] = {}
@@ -577,26 +577,35 @@ class Simulation:
         )
 
     def _accrue_shortfall(self, elapsed_s: float) -> None:
-        """Add ``elapsed_s`` of each guarantee that others hold while its tenant
-        asks for it: ``min(guaranteed, held + queued) - held``, less what is
-        free of the kind (room left free is the policy's own wait: for a warm
-        node, a batch; not a guarantee taken).
+        """Add ``elapsed_s`` of each guarantee that borrowers hold while its
+        tenant asks for it: ``min(guaranteed, held + queued) - held``, up to
+        what all tenants hold beyond their own guarantees.
 
-        No policy gets it to 0 where actions run to their end (a tenant back
-        from a pause waits for what borrowers started), so it tells how soon
-        each policy gives a tenant what it is guaranteed, and how much one
-        that ignores guarantees took from the tenants that have them."""
+        Room left free does not count, nor a pool whose tenants all hold
+        within their guarantees: waiting for a warm node or a batch is the
+        policy's own choice, not a guarantee taken. No policy gets it to 0
+        where actions run to their end (a tenant back from a pause waits for
+        what borrowers started), so it tells how soon each policy gives a
+        tenant what it is guaranteed, and how much one that ignores
+        guarantees took from the tenants that have them."""
         if self._short_stale:
             self._short_stale = False
             usages = self.usage
             queued = self.queued
-            capacity = self.capacity
-            used = self._used
+            quotas = self.workload.quotas
+            borrowed = dict.fromkeys(self._guaranteed_kinds, 0.0)
+            for tenant, usage in usages.items():
+                quota = quotas.get(tenant)
+                own = quota.guaranteed if quota is not None else _NOTHING
+                for kind in borrowed:
+                    beyond = usage.get(kind, 0.0) - own.get(kind, 0.0)
+                    if beyond > 0:
+                        borrowed[kind] += beyond
             short_now = self._short_now = []
             for tenant, kind, guaranteed in self._guarantees:
                 held = usages.get(tenant, _NOTHING).get(kind, 0.0)
                 asked = min(guaranteed, held + queued.get(tenant, _NOTHING).get(kind, 0.0))
-                short = asked - held - (capacity.get(kind, 0.0) - used.get(kind, 0.0))
+                short = min(asked - held, borrowed[kind])
                 if short > 1e-9:
                     short_now.append((tenant, kind, short))
         for tenant, kind, short in self._short_now:
@@ -1047,7 +1056,6 @@ class Simulation:
         node.free[kind] = node.free.get(kind, 0.0) + released
         usage = self.usage[action.tenant]
         usage[kind] = usage.get(kind, 0.0) - released
-        self._used[kind] -= released
         self._short_stale = True
         self.busy[kind] = self.busy.get(kind, 0.0) + released * (now - action.started)
         action.allocation = expected
@@ -1071,11 +1079,9 @@ class Simulation:
                 )
         quota = self.workload.quotas.get(action.tenant)
         usage = self.usage.setdefault(action.tenant, {})
-        used = self._used
         for kind, amount in placement.allocation.items():
             node.free[kind] = node.free.get(kind, 0.0) - amount
             usage[kind] = usage.get(kind, 0.0) + amount
-            used[kind] = used.get(kind, 0.0) + amount
             if quota is not None and kind in quota.limit and usage[kind] > quota.limit[kind] + 1e-6:
                 raise PolicyError(f"{self.policy_name}: {action.tenant} over its {kind} limit")
         self._short_stale = True
@@ -1102,7 +1108,6 @@ class Simulation:
         for kind, amount in action.allocation.items():
             node.free[kind] = node.free.get(kind, 0.0) + amount
             usage[kind] = usage.get(kind, 0.0) - amount
-            self._used[kind] -= amount
             self.busy[kind] = self.busy.get(kind, 0.0) + amount * held_s
         self._short_stale = True
         if action.gpus:

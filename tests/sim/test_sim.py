@@ -291,7 +291,7 @@ class _InPairs:
 
 def test_a_guarantee_left_free_while_its_tenant_waits_is_not_counted_short() -> None:
     """One tenant guaranteed both cores; its first call waits 3 s for the second,
-    both cores free: that wait is the policy's, no guarantee was taken."""
+    both cores free: that wait is the policy's, nobody borrowed its guarantee."""
     raw = _workload(tenants=[{"name": "a", "guaranteed": {"cpu": 2}, "limit": {"cpu": 2}}])
     raw["pool"][0]["capacity"] = {"cpu": 2}
     first = raw["tasks"][0]
