@@ -413,18 +413,17 @@ class Simulation:
         self.busy: dict[str, float] = {}
         #: Per tenant and kind, the demand of its pending actions at their minimum.
         self.queued: dict[str, dict[str, float]] = {}
-        #: (tenant, kind, guaranteed) for each guarantee; those short now, and by
-        #: how much, worked out again after usage or a queue changed
-        #: (``_accrue_shortfall``).
-        self._guarantees = [
-            (tenant, kind, amount)
-            for tenant, quota in sorted(workload.quotas.items())
-            for kind, amount in sorted(quota.guaranteed.items())
-            if amount > 0
-        ]
-        self._guaranteed_kinds = sorted({kind for _, kind, _ in self._guarantees})
-        self._short_now: list[tuple[str, str, float]] = []
-        self._short_stale = False
+        #: Per tenant, its guarantee of each kind some tenant is guaranteed.
+        self._guaranteed: dict[str, dict[str, float]] = {}
+        for tenant, quota in workload.quotas.items():
+            for kind, amount in quota.guaranteed.items():
+                if amount > 0:
+                    self._guaranteed.setdefault(tenant, {})[kind] = amount
+        #: Per kind some tenant is guaranteed, what all tenants hold beyond their
+        #: own guarantees; per (tenant, kind), what of its guarantee it asks for
+        #: and does not hold, where that is more than 0 (``_accrue_shortfall``).
+        self._borrowed = {kind: 0.0 for kinds in self._guaranteed.values() for kind in kinds}
+        self._owed: dict[tuple[str, str], float] = {}
         self.shortfall: dict[str, dict[str, float]] = {}
         self.rounds = 0
         self._round_at: float | None = None
@@ -537,7 +536,7 @@ class Simulation:
             if self.time_limit_s is not None and at > self.time_limit_s:
                 self.truncated = True
                 break
-            if self._guarantees and at > self.now:
+            if self._owed and at > self.now:
                 self._accrue_shortfall(at - self.now)
             self.now = at
             if kind == _FINISH:
@@ -588,29 +587,29 @@ class Simulation:
         what borrowers started), so it tells how soon each policy gives a
         tenant what it is guaranteed, and how much one that ignores
         guarantees took from the tenants that have them."""
-        if self._short_stale:
-            self._short_stale = False
-            usages = self.usage
-            queued = self.queued
-            quotas = self.workload.quotas
-            borrowed = dict.fromkeys(self._guaranteed_kinds, 0.0)
-            for tenant, usage in usages.items():
-                quota = quotas.get(tenant)
-                own = quota.guaranteed if quota is not None else _NOTHING
-                for kind in borrowed:
-                    beyond = usage.get(kind, 0.0) - own.get(kind, 0.0)
-                    if beyond > 0:
-                        borrowed[kind] += beyond
-            short_now = self._short_now = []
-            for tenant, kind, guaranteed in self._guarantees:
-                held = usages.get(tenant, _NOTHING).get(kind, 0.0)
-                asked = min(guaranteed, held + queued.get(tenant, _NOTHING).get(kind, 0.0))
-                short = min(asked - held, borrowed[kind])
-                if short > 1e-9:
-                    short_now.append((tenant, kind, short))
-        for tenant, kind, short in self._short_now:
-            by_kind = self.shortfall.setdefault(tenant, {})
-            by_kind[kind] = by_kind.get(kind, 0.0) + short * elapsed_s
+        borrowed = self._borrowed
+        for (tenant, kind), owed in self._owed.items():
+            short = min(owed, borrowed[kind])
+            if short > 1e-9:
+                by_kind = self.shortfall.setdefault(tenant, {})
+                by_kind[kind] = by_kind.get(kind, 0.0) + short * elapsed_s
+
+    def _held(self, tenant: str, kind: str, before: float) -> None:
+        """``tenant``'s usage of ``kind``, a kind some tenant is guaranteed, was
+        ``before``: what is borrowed, and what it is owed, follow."""
+        guaranteed = self._guaranteed.get(tenant, _NOTHING).get(kind, 0.0)
+        after = self.usage[tenant][kind]
+        self._borrowed[kind] += max(after - guaranteed, 0.0) - max(before - guaranteed, 0.0)
+        if guaranteed > 0:
+            self._owe(tenant, kind, guaranteed)
+
+    def _owe(self, tenant: str, kind: str, guaranteed: float) -> None:
+        held = self.usage.get(tenant, _NOTHING).get(kind, 0.0)
+        owed = min(guaranteed - held, self.queued.get(tenant, _NOTHING).get(kind, 0.0))
+        if owed > 1e-9:
+            self._owed[(tenant, kind)] = owed
+        else:
+            self._owed.pop((tenant, kind), None)
 
     # -- the RL loop -----------------------------------------------------------
 
@@ -717,9 +716,11 @@ class Simulation:
         )
         self.pending[action.id] = action
         queued = self.queued.setdefault(action.tenant, {})
+        guaranteed = self._guaranteed.get(action.tenant, _NOTHING)
         for kind, amount in action.type.demand.items():
             queued[kind] = queued.get(kind, 0.0) + amount
-        self._short_stale = True
+            if kind in guaranteed:
+                self._owe(action.tenant, kind, guaranteed[kind])
         load = self._load_of(action)
         load.queued += action.type.demand.get(load.kind, 0.0)
         self._wake()
@@ -817,9 +818,11 @@ class Simulation:
             if action is None:
                 raise PolicyError(f"{self.policy_name}: unknown or repeated {placement.action_id}")
             queued = self.queued[action.tenant]
+            guaranteed = self._guaranteed.get(action.tenant, _NOTHING)
             for kind, amount in action.type.demand.items():
                 queued[kind] -= amount
-            self._short_stale = True
+                if kind in guaranteed:
+                    self._owe(action.tenant, kind, guaranteed[kind])
             key = placement.batch_id or placement.action_id
             batches.setdefault(key, []).append((action, placement))
         for members in batches.values():
@@ -1055,8 +1058,10 @@ class Simulation:
             )
         node.free[kind] = node.free.get(kind, 0.0) + released
         usage = self.usage[action.tenant]
-        usage[kind] = usage.get(kind, 0.0) - released
-        self._short_stale = True
+        before = usage.get(kind, 0.0)
+        usage[kind] = before - released
+        if kind in self._borrowed:
+            self._held(action.tenant, kind, before)
         self.busy[kind] = self.busy.get(kind, 0.0) + released * (now - action.started)
         action.allocation = expected
         # The part of the run not yet done, at the new units' speed.
@@ -1079,12 +1084,15 @@ class Simulation:
                 )
         quota = self.workload.quotas.get(action.tenant)
         usage = self.usage.setdefault(action.tenant, {})
+        borrowed = self._borrowed
         for kind, amount in placement.allocation.items():
             node.free[kind] = node.free.get(kind, 0.0) - amount
-            usage[kind] = usage.get(kind, 0.0) + amount
+            before = usage.get(kind, 0.0)
+            usage[kind] = before + amount
+            if kind in borrowed:
+                self._held(action.tenant, kind, before)
             if quota is not None and kind in quota.limit and usage[kind] > quota.limit[kind] + 1e-6:
                 raise PolicyError(f"{self.policy_name}: {action.tenant} over its {kind} limit")
-        self._short_stale = True
         gpus = placement.gpus
         count = int(round(placement.allocation.get("gpu", 0.0)))
         if node.gpu_groups and count:
@@ -1105,11 +1113,14 @@ class Simulation:
         assert node is not None
         held_s = self.now - action.started
         usage = self.usage[action.tenant]
+        borrowed = self._borrowed
         for kind, amount in action.allocation.items():
             node.free[kind] = node.free.get(kind, 0.0) + amount
-            usage[kind] = usage.get(kind, 0.0) - amount
+            before = usage.get(kind, 0.0)
+            usage[kind] = before - amount
+            if kind in borrowed:
+                self._held(action.tenant, kind, before)
             self.busy[kind] = self.busy.get(kind, 0.0) + amount * held_s
-        self._short_stale = True
         if action.gpus:
             for gpu in action.gpus:
                 for position, group in enumerate(node.gpu_groups):
