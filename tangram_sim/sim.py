@@ -412,7 +412,7 @@ class Simulation:
         self.steps: list[float] = []
         self.busy: dict[str, float] = {}
         #: Per tenant and kind, the demand of its pending actions at their minimum.
-        self.queued: dict[str, dict[str, float]] = {}
+        self._queued: dict[str, dict[str, float]] = {}
         #: Per tenant, its guarantee of each kind some tenant is guaranteed.
         self._guaranteed: dict[str, dict[str, float]] = {}
         for tenant, quota in workload.quotas.items():
@@ -604,8 +604,9 @@ class Simulation:
             self._owe(tenant, kind, guaranteed)
 
     def _owe(self, tenant: str, kind: str, guaranteed: float) -> None:
+        """What of its guarantee of ``kind`` ``tenant`` asks for and does not hold."""
         held = self.usage.get(tenant, _NOTHING).get(kind, 0.0)
-        owed = min(guaranteed - held, self.queued.get(tenant, _NOTHING).get(kind, 0.0))
+        owed = min(guaranteed - held, self._queued.get(tenant, _NOTHING).get(kind, 0.0))
         if owed > 1e-9:
             self._owed[(tenant, kind)] = owed
         else:
@@ -715,7 +716,7 @@ class Simulation:
             position=action.position,
         )
         self.pending[action.id] = action
-        queued = self.queued.setdefault(action.tenant, {})
+        queued = self._queued.setdefault(action.tenant, {})
         guaranteed = self._guaranteed.get(action.tenant, _NOTHING)
         for kind, amount in action.type.demand.items():
             queued[kind] = queued.get(kind, 0.0) + amount
@@ -817,7 +818,7 @@ class Simulation:
             action = self.pending.pop(placement.action_id, None)
             if action is None:
                 raise PolicyError(f"{self.policy_name}: unknown or repeated {placement.action_id}")
-            queued = self.queued[action.tenant]
+            queued = self._queued[action.tenant]
             guaranteed = self._guaranteed.get(action.tenant, _NOTHING)
             for kind, amount in action.type.demand.items():
                 queued[kind] -= amount
