@@ -419,10 +419,12 @@ class Simulation:
             for kind, amount in quota.guaranteed.items():
                 if amount > 0:
                     self._guaranteed.setdefault(tenant, {})[kind] = amount
-        #: Per kind some tenant is guaranteed, what all tenants hold beyond their
-        #: own guarantees; per (tenant, kind), what of its guarantee it asks for
-        #: and does not hold, where that is more than 0 (``_accrue_shortfall``).
-        self._borrowed = {kind: 0.0 for kinds in self._guaranteed.values() for kind in kinds}
+        #: Per kind some tenant is guaranteed, what all tenants hold, and what they
+        #: hold beyond their own guarantees; per (tenant, kind), what of its
+        #: guarantee it asks for and does not hold, where that is more than 0
+        #: (``_accrue_shortfall``).
+        self._used = {kind: 0.0 for kinds in self._guaranteed.values() for kind in kinds}
+        self._borrowed = dict(self._used)
         self._owed: dict[tuple[str, str], float] = {}
         self.shortfall: dict[str, dict[str, float]] = {}
         self.rounds = 0
@@ -577,19 +579,24 @@ class Simulation:
 
     def _accrue_shortfall(self, elapsed_s: float) -> None:
         """Add ``elapsed_s`` of each guarantee that borrowers hold while its
-        tenant asks for it: ``min(guaranteed, held + queued) - held``, up to
-        what all tenants hold beyond their own guarantees.
+        tenant asks for it: ``min(guaranteed, held + queued) - held``, less
+        the pool's free room of the kind, up to what all tenants hold beyond
+        their own guarantees.
 
         Room left free does not count, nor a pool whose tenants all hold
         within their guarantees: waiting for a warm node or a batch is the
-        policy's own choice, not a guarantee taken. No policy gets it to 0
+        policy's own choice, not a guarantee taken. Free room anywhere in the
+        pool counts as room (cores on GPU hosts for a sandbox call too), so
+        what is counted is a lower bound. No policy gets it to 0
         where actions run to their end (a tenant back from a pause waits for
         what borrowers started), so it tells how soon each policy gives a
         tenant what it is guaranteed, and how much one that ignores
         guarantees took from the tenants that have them."""
         borrowed = self._borrowed
+        used = self._used
+        capacity = self.capacity
         for (tenant, kind), owed in self._owed.items():
-            short = min(owed, borrowed[kind])
+            short = min(owed - (capacity.get(kind, 0.0) - used[kind]), borrowed[kind])
             if short > 1e-9:
                 by_kind = self.shortfall.setdefault(tenant, {})
                 by_kind[kind] = by_kind.get(kind, 0.0) + short * elapsed_s
@@ -599,6 +606,7 @@ class Simulation:
         ``before``: what is borrowed, and what it is owed, follow."""
         guaranteed = self._guaranteed.get(tenant, _NOTHING).get(kind, 0.0)
         after = self.usage[tenant][kind]
+        self._used[kind] += after - before
         self._borrowed[kind] += max(after - guaranteed, 0.0) - max(before - guaranteed, 0.0)
         if guaranteed > 0:
             self._owe(tenant, kind, guaranteed)

@@ -278,30 +278,43 @@ def test_the_simulator_counts_the_guarantee_a_tenant_asked_for_while_others_held
 
 
 class _InPairs:
-    """Places pending actions on the first node only two at a time: it waits with room free."""
+    """Places tenant a's pending actions on the first node only two at a time (it waits
+    with room free), anyone else's at once."""
 
     name = "in-pairs"
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        if len(snapshot.pending) < 2:
-            return Decision(())
+        mine = [a for a in snapshot.pending if a.tenant == "a"]
+        ready = [a for a in snapshot.pending if a.tenant != "a"]
+        if len(mine) >= 2:
+            ready += mine
         node = snapshot.nodes[0].id
-        return Decision(tuple(Placement(a.id, node, dict(a.demand)) for a in snapshot.pending))
+        return Decision(tuple(Placement(a.id, node, dict(a.demand)) for a in ready))
 
 
 def test_a_guarantee_left_free_while_its_tenant_waits_is_not_counted_short() -> None:
-    """One tenant guaranteed both cores; its first call waits 3 s for the second,
-    both cores free: that wait is the policy's, nobody borrowed its guarantee."""
-    raw = _workload(tenants=[{"name": "a", "guaranteed": {"cpu": 2}, "limit": {"cpu": 2}}])
-    raw["pool"][0]["capacity"] = {"cpu": 2}
+    """Tenant a, guaranteed 2 of 3 cores; b borrows one for 0..20 s. a's first call
+    waits 3 s for its second with 2 cores free: that wait is the policy's, not
+    b's, though b borrows meanwhile."""
+    raw = _workload(
+        tenants=[
+            {"name": "a", "guaranteed": {"cpu": 2}, "limit": {"cpu": 3}},
+            {"name": "b", "guaranteed": {}, "limit": {"cpu": 3}},
+        ]
+    )
+    raw["pool"][0]["capacity"] = {"cpu": 3}
     first = raw["tasks"][0]
     first.update(tenant="a", turns=1)
     first["actions"][0].update(setup_s=0, start_s=0, affinity=[])
     second = json.loads(json.dumps(first))
     second.update(name="u", start_s=3)
-    raw["tasks"].append(second)
+    borrower = json.loads(json.dumps(first))
+    borrower.update(name="b", tenant="b", think_s=0)
+    borrower["actions"][0]["duration_s"] = 20
+    raw["tasks"] += [second, borrower]
     result = simulate(workload_from_dict(raw), _InPairs())
-    assert sorted(result.acts) == [5.0, 8.0]  # submitted at 10 and 13, both run 13..18
+    # b's job 0..20; a's calls submitted at 10 and 13, both run 13..18.
+    assert sorted(result.acts) == [5.0, 8.0, 20.0]
     assert result.shortfall == {}
 
 
