@@ -21,7 +21,9 @@ capacity, which no scheduler avoids; each step at least its resource-seconds
 over the pool, and tasks' runs at least their work's queue for the pool),
 pooled and on the worst seed (JSON: ``act_bound``, ``step_bound``,
 ``savings_bound_pct``); a miss marked "unreachable" is one no scheduler could
-meet on that workload.
+meet on that workload. A miss against ``fifo`` or ``partitioned`` says, where
+either policy kept a guaranteed tenant short (``SimResult.shortfall``), how
+much each did: a mean ACT bought from a guarantee is not a loss like the others.
 
 It prints the table and the targets each workload misses. It exits 0 when
 every target held, 1 when some did not, 2 on a workload it cannot read.
@@ -77,7 +79,7 @@ def verdict(
         )
     for base in ("fifo", "partitioned"):
         if min(row[f"act_vs_{base}"]) <= 1.0:
-            missed.append(f"ACT not better than {base}")
+            missed.append(f"ACT not better than {base}" + _shortfalls(policies, base))
     if min(row["step_vs_static"]) < STEP_VS_STATIC:
         missed.append(
             f"step vs static < {STEP_VS_STATIC:g}x" + _reach(row["step_bound"], STEP_VS_STATIC)
@@ -92,6 +94,26 @@ def verdict(
             missed.append(f"savings < {SAVINGS_PCT:g}%" + (" (unreachable)" if unreachable else ""))
     row["missed"] = missed
     return row
+
+
+def _shortfalls(policies: dict[str, dict[str, Any]], base: str) -> str:
+    """What ``base`` and tangram kept guaranteed tenants short of, per kind, where
+    either did: a mean ACT bought from a guarantee is not a loss like the others."""
+    totals: dict[str, dict[str, float]] = {}
+    for name in (base, "tangram"):
+        by_kind: dict[str, float] = {}
+        for tenant_short in policies[name]["guarantee_shortfall_unit_s"].values():
+            for kind, unit_s in tenant_short.items():
+                if kind not in ("memory", "gpu_memory"):
+                    by_kind[kind] = by_kind.get(kind, 0.0) + unit_s
+        totals[name] = by_kind
+    if not any(v >= 0.5 for by_kind in totals.values() for v in by_kind.values()):
+        return ""
+    shown = "; ".join(
+        f"{name} " + (", ".join(f"{k} {v:.0f}" for k, v in sorted(by_kind.items())) or "0")
+        for name, by_kind in totals.items()
+    )
+    return f" (guarantees short, unit-s: {shown})"
 
 
 def bounds(floors: list[Floor], static: dict[str, Any]) -> dict[str, list[float]]:

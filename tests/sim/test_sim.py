@@ -1056,6 +1056,20 @@ def test_the_targets_bench_gives_each_workload_its_verdict(tmp_path: Path) -> No
     assert code == 1
 
 
+def test_a_loss_to_fifo_says_what_each_kept_guaranteed_tenants_short_of(tmp_path: Path) -> None:
+    """The lender of ``_lending`` waits 9 s for a borrowed core under both policies."""
+    from bench.targets import main
+
+    out = io.StringIO()
+    path = tmp_path / "lending.yaml"
+    path.write_text(json.dumps(_lending({})))
+    with redirect_stdout(out):
+        main([str(path), "--seeds", "1", "--no-savings", "--format", "json"])
+    (row,) = json.loads(out.getvalue())["workloads"]
+    wanted = "ACT not better than fifo (guarantees short, unit-s: fifo cpu 9; tangram cpu 9)"
+    assert wanted in row["missed"]
+
+
 def test_the_sensitivity_bench_runs_each_variant_against_the_defaults(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
