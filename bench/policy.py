@@ -38,6 +38,8 @@ from tangram_sim.workload import Workload, WorkloadError, load_workload
 
 BASELINES = ("static", "partitioned", "fifo")
 DEFAULT_POLICIES = (*BASELINES, "tangram")
+#: Kinds the tables leave out: sizes held beside the units that are scheduled.
+UNSHOWN_KINDS = ("memory", "gpu_memory")
 
 
 def aggregate(results: list[SimResult]) -> dict[str, Any]:
@@ -243,7 +245,7 @@ def savings(
 
 
 def _hours(value: dict[str, float]) -> str:
-    shown = {k: v for k, v in value.items() if k not in ("memory", "gpu_memory")}
+    shown = {k: v for k, v in value.items() if k not in UNSHOWN_KINDS}
     return " ".join(f"{k}={v:.1f}" for k, v in shown.items())
 
 
@@ -289,7 +291,7 @@ def table(report: dict[str, Any], by_type: bool = False) -> str:
             kinds = " ".join(
                 f"{k}={v:.1f}%"
                 for k, v in s["saving_pct_by_kind"].items()
-                if k not in ("memory", "gpu_memory")
+                if k not in UNSHOWN_KINDS
             )
             lines.append(
                 f"savings: tangram on {s['scale']:.3f} of the pool matches static's full-pool "
@@ -313,7 +315,7 @@ def _shortfall_lines(policies: dict[str, dict[str, Any]]) -> list[str]:
         cells = []
         for tenant in tenants:
             by_kind = by_tenant.get(tenant, {}).items()
-            shown = [f"{k} {v:.0f}" for k, v in by_kind if k not in ("memory", "gpu_memory")]
+            shown = [f"{k} {v:.0f}" for k, v in by_kind if k not in UNSHOWN_KINDS]
             cells.append(" ".join(shown) or "0")
         lines.append(f"{name:<24}" + "".join(f"{cell:>14}" for cell in cells))
     return lines

@@ -40,6 +40,7 @@ from typing import Any
 
 from bench.policy import (
     DEFAULT_POLICIES,
+    UNSHOWN_KINDS,
     parse_seeds,
     parse_workload,
     ratios,
@@ -104,7 +105,7 @@ def _shortfalls(policies: dict[str, dict[str, Any]], base: str) -> str:
         by_kind: dict[str, float] = {}
         for tenant_short in policies[name]["guarantee_shortfall_unit_s"].values():
             for kind, unit_s in tenant_short.items():
-                if kind not in ("memory", "gpu_memory"):
+                if kind not in UNSHOWN_KINDS:
                     by_kind[kind] = by_kind.get(kind, 0.0) + unit_s
         totals[name] = by_kind
     if not any(v >= 0.5 for by_kind in totals.values() for v in by_kind.values()):
