@@ -399,6 +399,9 @@ class Simulation:
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self.pending: dict[str, _Action] = {}
+        #: Per action type with actions pending, the type and how many: a round on a
+        #: large pool works its candidate nodes out per type, not per action.
+        self._pending_types: dict[str, tuple[ActionType, int]] = {}
         self.usage: dict[str, dict[str, float]] = {}
         self.stats: dict[tuple[str, str], DurationStat] = {}
         self.batch_stats: dict[tuple[str, str], BatchStat] = {}
@@ -724,6 +727,8 @@ class Simulation:
             position=action.position,
         )
         self.pending[action.id] = action
+        _, count = self._pending_types.get(t.id, (t, 0))
+        self._pending_types[t.id] = (t, count + 1)
         queued = self._queued.setdefault(action.tenant, {})
         guaranteed = self._guaranteed.get(action.tenant, _NOTHING)
         for kind, amount in action.type.demand.items():
@@ -782,7 +787,7 @@ class Simulation:
         if not self.pending and not resizable:
             return
         self.rounds += 1
-        types = {a.type.id for a in self.pending.values()}
+        types = set(self._pending_types)
         if len(self._room) > FULL_VIEW_NODES:
             chosen = self._candidates(types)
         else:
@@ -826,6 +831,11 @@ class Simulation:
             action = self.pending.pop(placement.action_id, None)
             if action is None:
                 raise PolicyError(f"{self.policy_name}: unknown or repeated {placement.action_id}")
+            t, count = self._pending_types[action.type.id]
+            if count > 1:
+                self._pending_types[t.id] = (t, count - 1)
+            else:
+                del self._pending_types[t.id]
             queued = self._queued[action.tenant]
             guaranteed = self._guaranteed.get(action.tenant, _NOTHING)
             for kind, amount in action.type.demand.items():
@@ -894,14 +904,13 @@ class Simulation:
                 chosen[node_id] = node
         need: dict[str, float] = {}
         warm_wanted: dict[str, int] = {}
-        for action in self.pending.values():
-            t = action.type
+        for t, count in self._pending_types.values():
             kind = "gpu" if t.demand.get("gpu") else "cpu"
-            amount = t.demand.get(kind, 1.0) * max(t.elasticity.max_units, 1)
+            amount = t.demand.get(kind, 1.0) * max(t.elasticity.max_units, 1) * count
             for group in self._groups_of_type.get(t.id, ()):
                 need[group] = need.get(group, 0.0) + amount
             for key in t.affinity:
-                warm_wanted[key] = warm_wanted.get(key, 0) + 1
+                warm_wanted[key] = warm_wanted.get(key, 0) + count
         for key, count in warm_wanted.items():
             for node in self._take_idle(self._idle_warm.get(key, []), count, key):
                 chosen[node.id] = node

@@ -470,6 +470,76 @@ def test_partitioned_keeps_each_task_on_its_share() -> None:
     assert len({r.node for r in shared.records}) >= 1
 
 
+def _wide_pool() -> Workload:
+    """More nodes than a round views whole (``FULL_VIEW_NODES``): a sandbox group
+    whose nodes keep one image, and GPU hosts for a reward model."""
+    raw = _workload(
+        name="wide",
+        pool=[
+            {
+                "name": "cpu",
+                "count": 600,
+                "capacity": {"cpu": 2},
+                "executors": ["sandbox"],
+                "warm_slots": 1,
+            },
+            {"name": "gpu", "count": 40, "capacity": {"gpu": 1, "cpu": 2}, "executors": ["gpu"]},
+        ],
+    )
+    task = raw["tasks"][0]
+    task.update(
+        steps=2,
+        trajectories=200,
+        turns={"dist": "uniform", "low": 1, "high": 4},
+        think_s={"dist": "lognormal", "mean": 3, "cv": 0.5},
+    )
+    task["actions"][0].update(
+        duration_s={"dist": "lognormal", "mean": 4, "cv": 0.5},
+        elasticity={"min_units": 1, "max_units": 2, "parallel_fraction": 0.8},
+    )
+    task["reward"] = {
+        "type": "score",
+        "executor": "gpu",
+        "binding": "task",
+        "demand": {"gpu": 1},
+        "duration_s": 2,
+        "setup_s": 5,
+        "affinity": ["model:r"],
+    }
+    return workload_from_dict(raw)
+
+
+def test_a_round_on_a_large_pool_views_enough_nodes_for_what_is_pending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round on more than ``FULL_VIEW_NODES`` nodes views only the nodes its
+    pending actions could use, worked out from a count per pending type: the
+    count matches the queue, and the run ends as with every node in view."""
+    workload = _wide_pool()
+    viewed = Simulation(workload, "tangram")
+    counted: list[tuple[dict[str, int], dict[str, int]]] = []
+    round_ = viewed._round
+
+    def counting_round() -> None:
+        queued: dict[str, int] = {}
+        for action in viewed.pending.values():
+            queued[action.type.id] = queued.get(action.type.id, 0) + 1
+        counts = {type_id: count for type_id, (_, count) in viewed._pending_types.items()}
+        counted.append((queued, counts))
+        round_()
+
+    monkeypatch.setattr(viewed, "_round", counting_round)
+    partial = viewed.run().summary()
+    assert sum(bool(queued) for queued, _ in counted) > 100
+    assert all(queued == counts for queued, counts in counted)
+    assert not viewed._pending_types
+    monkeypatch.setattr("tangram_sim.sim.FULL_VIEW_NODES", 10**6)
+    whole = Simulation(workload, "tangram").run().summary()
+    assert partial["actions"] == whole["actions"]
+    assert partial["mean_step_s"] == pytest.approx(whole["mean_step_s"], rel=0.02)
+    assert partial["mean_act_s"] == pytest.approx(whole["mean_act_s"], rel=0.05)
+
+
 def test_every_policy_replays_the_same_actions() -> None:
     workload = load_workload(WORKLOADS / "mixed.yaml")
     small = workload_from_dict(
