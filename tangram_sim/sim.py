@@ -969,6 +969,21 @@ class Simulation:
             if action.type.id not in node.executors:
                 raise PolicyError(f"{self.policy_name}: {action.type.id} placed on {node.id}")
             self._hold(action, node, placement)
+        # A batch's members share its GPUs: each holds its share of the count, and
+        # together the GPU ids, taken once.
+        count = int(round(sum(placement.allocation.get("gpu", 0.0) for _, placement in members)))
+        if node.gpu_groups and count:
+            named = members[0][1].gpus
+            free = {gpu for group in node.gpu_free for gpu in group}
+            if named and (len(named) != count or not free.issuperset(named)):
+                raise PolicyError(
+                    f"{self.policy_name}: {members[0][0].id} takes GPUs {list(named)} on "
+                    f"{node.id}, where {sorted(free)} are free"
+                )
+            gpus = take_gpus(node.gpu_free, named, count)
+            for action, _ in members:
+                action.gpus = gpus
+        for action, placement in members:
             if action.pending is not None:
                 load = self._load_of(action)
                 amount = action.type.demand.get(load.kind, 0.0)
@@ -1111,13 +1126,9 @@ class Simulation:
                 self._held(action.tenant, kind, before)
             if quota is not None and kind in quota.limit and usage[kind] > quota.limit[kind] + 1e-6:
                 raise PolicyError(f"{self.policy_name}: {action.tenant} over its {kind} limit")
-        gpus = placement.gpus
-        count = int(round(placement.allocation.get("gpu", 0.0)))
-        if node.gpu_groups and count:
-            gpus = take_gpus(node.gpu_free, gpus, count)
         action.node = node
         action.allocation = dict(placement.allocation)
-        action.gpus = gpus
+        action.gpus = placement.gpus
         node.view = None
         node.idle = False
         if node.has_room():

@@ -801,6 +801,81 @@ def test_gpus_split_across_interconnect_groups_run_slower() -> None:
     assert simulate(workload, "tangram").acts == [4.0]  # one pair, as topology asks
 
 
+def _gpu_pairs(**task: Any) -> dict[str, Any]:
+    """One host of 4 GPUs in two NVLink pairs; ``task`` is a task's reward call on it."""
+    return _workload(
+        pool=[
+            {"name": "g", "count": 1, "capacity": {"gpu": 4}, "executors": ["rm"], "gpu_groups": 2}
+        ],
+        tasks=[{"name": "r", "steps": 1, "turns": 0, "think_s": 10, **task}],
+    )
+
+
+def test_a_policy_that_names_a_gpu_already_held_is_refused() -> None:
+    """Two 1-GPU calls at t = 10, both placed on g-0:gpu0: the count fits (2 of 4),
+    the device does not."""
+    raw = _gpu_pairs(
+        trajectories=2,
+        reward={"type": "score", "executor": "rm", "demand": {"gpu": 1}, "duration_s": 2},
+    )
+    with pytest.raises(PolicyError, match=r"takes GPUs \['g-0:gpu0'\]"):
+        simulate(workload_from_dict(raw), _Placer(("g-0:gpu0",)))
+
+
+class _BatchThenPair:
+    """Batches the score calls queued at once on g-0:gpu0, then places any other call
+    on the pair g-0:gpu2, g-0:gpu3; keeps the free GPU groups each later round saw."""
+
+    name = "batch-then-pair"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[tuple[str, ...], ...]] = []
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        node = snapshot.nodes[0]
+        scores = [a for a in snapshot.pending if a.type == "r.score"]
+        if scores:
+            share = {"gpu": 1.0 / len(scores)}
+            return Decision(
+                tuple(
+                    Placement(a.id, node.id, share, batch_id="b", gpus=("g-0:gpu0",))
+                    for a in scores
+                )
+            )
+        self.seen.append(node.gpu_groups)
+        return Decision(
+            tuple(
+                Placement(a.id, node.id, dict(a.demand), gpus=("g-0:gpu2", "g-0:gpu3"))
+                for a in snapshot.pending
+            )
+        )
+
+
+def test_a_batch_holds_its_gpu_until_it_ends() -> None:
+    """Each member of a batch holds its share of the GPU's count, and the batch holds
+    the GPU itself: a round during its run sees it taken.
+
+    Two score calls at t = 10 run as one batch on gpu0 for 2 + 0.1 x 2 = 2.2 s; a
+    2-GPU call comes at 11 and sees gpu1 and the pair gpu2, gpu3 free.
+    """
+    score = {
+        "type": "score",
+        "executor": "rm",
+        "demand": {"gpu": 1},
+        "duration_s": 2,
+        "batch": {"limit": 2, "marginal": 0.1},
+    }
+    raw = _gpu_pairs(trajectories=2, reward=score)
+    wide = {"type": "tp", "executor": "rm", "demand": {"gpu": 2}, "duration_s": 4}
+    raw["tasks"].append(
+        {"name": "w", "steps": 1, "trajectories": 1, "turns": 1, "think_s": 11, "actions": [wide]}
+    )
+    policy = _BatchThenPair()
+    result = simulate(workload_from_dict(raw), policy)
+    assert policy.seen == [(("g-0:gpu1",), ("g-0:gpu2", "g-0:gpu3"))]
+    assert sorted(result.acts) == pytest.approx([2.2, 2.2, 4.0])
+
+
 def test_the_simulator_refuses_a_policy_that_overcommits() -> None:
     with pytest.raises(PolicyError, match="takes"):
         simulate(workload_from_dict(_two_trajectories()), _Greedy())
