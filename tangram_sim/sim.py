@@ -73,7 +73,8 @@ FULL_VIEW_NODES = 512
 
 
 class PolicyError(RuntimeError):
-    """A policy returned a placement that breaks capacity, a limit or a type."""
+    """A policy returned a placement that breaks capacity, a limit or a type, or
+    names a GPU another action holds."""
 
 
 class _Node:
