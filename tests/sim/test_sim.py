@@ -802,7 +802,8 @@ def test_gpus_split_across_interconnect_groups_run_slower() -> None:
 
 
 def _gpu_pairs(**task: Any) -> dict[str, Any]:
-    """One host of 4 GPUs in two NVLink pairs; ``task`` is a task's reward call on it."""
+    """One host of 4 GPUs in two NVLink pairs and one task ``r`` (one step, no turns,
+    10 s of thinking) with the fields ``task`` gives."""
     return _workload(
         pool=[
             {"name": "g", "count": 1, "capacity": {"gpu": 4}, "executors": ["rm"], "gpu_groups": 2}
