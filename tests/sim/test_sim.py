@@ -772,35 +772,6 @@ def test_the_bench_takes_hints_and_refuses_a_negative_error(
         )
 
 
-def test_gpus_split_across_interconnect_groups_run_slower() -> None:
-    """4 GPUs in two NVLink pairs; a 2-GPU call of 4 s runs 2.5x as long across pairs."""
-    raw = _workload(
-        pool=[
-            {
-                "name": "g",
-                "count": 1,
-                "capacity": {"gpu": 4},
-                "executors": ["rm"],
-                "gpu_groups": 2,
-            }
-        ]
-    )
-    raw["tasks"][0].update(turns=1, think_s=0)
-    raw["tasks"][0]["actions"] = [
-        {
-            "type": "tp",
-            "executor": "rm",
-            "demand": {"gpu": 2},
-            "duration_s": 4,
-            "split_gpus_slowdown": 2.5,
-        }
-    ]
-    workload = workload_from_dict(raw)
-    assert simulate(workload, _Placer(("g-0:gpu0", "g-0:gpu1"))).acts == [4.0]
-    assert simulate(workload, _Placer(("g-0:gpu1", "g-0:gpu2"))).acts == [10.0]
-    assert simulate(workload, "tangram").acts == [4.0]  # one pair, as topology asks
-
-
 def _gpu_pairs(**task: Any) -> dict[str, Any]:
     """One host of 4 GPUs in two NVLink pairs and one task ``r`` (one step, no turns,
     10 s of thinking) with the fields ``task`` gives."""
@@ -810,6 +781,21 @@ def _gpu_pairs(**task: Any) -> dict[str, Any]:
         ],
         tasks=[{"name": "r", "steps": 1, "turns": 0, "think_s": 10, **task}],
     )
+
+
+def test_gpus_split_across_interconnect_groups_run_slower() -> None:
+    """4 GPUs in two NVLink pairs; a 2-GPU call of 4 s runs 2.5x as long across pairs."""
+    tp = {
+        "type": "tp",
+        "executor": "rm",
+        "demand": {"gpu": 2},
+        "duration_s": 4,
+        "split_gpus_slowdown": 2.5,
+    }
+    workload = workload_from_dict(_gpu_pairs(trajectories=1, turns=1, think_s=0, actions=[tp]))
+    assert simulate(workload, _Placer(("g-0:gpu0", "g-0:gpu1"))).acts == [4.0]
+    assert simulate(workload, _Placer(("g-0:gpu1", "g-0:gpu2"))).acts == [10.0]
+    assert simulate(workload, "tangram").acts == [4.0]  # one pair, as topology asks
 
 
 def test_a_policy_that_names_a_gpu_already_held_is_refused() -> None:
