@@ -441,12 +441,15 @@ def test_the_sandbox_python_and_read_only_binds_are_checked_and_reach_the_sandbo
     assert f"would not see {python};" in refused(
         sandbox_python=str(python), sandbox_ro_binds=((str(env), "/opt/env"),)
     )
-    (env / "bin" / "python-elsewhere").symlink_to(sys.executable)
-    if not os.path.realpath(sys.executable).startswith("/usr/"):  # a pyenv or uv Python, say
-        assert "would not see /" in refused(
-            sandbox_python=str(env / "bin" / "python-elsewhere"),
-            sandbox_ro_binds=((str(env), str(env)),),
-        )
+    elsewhere = tmp_path / "elsewhere" / "python3"  # a pyenv or uv Python, say
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("#!/bin/sh\n")
+    elsewhere.chmod(0o755)
+    (env / "bin" / "python-elsewhere").symlink_to(elsewhere)
+    assert f"would not see {elsewhere};" in refused(
+        sandbox_python=str(env / "bin" / "python-elsewhere"),
+        sandbox_ro_binds=((str(env), str(env)),),
+    )
     assert "not an executable file" in refused(sandbox_python=str(env / "bin" / "python9"))
     assert "absolute" in refused(sandbox_python="python3")
     assert "does not exist" in refused(sandbox_ro_binds=(("/nonexistent-tangram", "/opt/x"),))
