@@ -1,7 +1,7 @@
 # Two commands: `make run` (embedded mode on http://127.0.0.1:8000) and `make test`.
 # Debian's /usr/bin/python3.11 where there is one: the interpreter linked into
 # its executable, it runs the scheduling round in ~10% fewer instructions and
-# ~15% less time than a build on a shared libpython (pyenv's; bench/README.md,
+# ~13% less time than a build on a shared libpython (pyenv's; bench/README.md,
 # "The interpreter").
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3.11) $(shell command -v python3.11 || command -v python3))
 VENV := .venv

@@ -23,6 +23,8 @@ a bare interpreter loop takes on this machine, to read the milliseconds by.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import random
 import re
 import shutil
@@ -193,7 +195,24 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"this machine: 10^7 Python additions in {_bare_loop_s():.2f} s (the same run's yardstick)"
     )
+    print(f"interpreter: {_interpreter()}")
     return 0
+
+
+def _interpreter() -> str:
+    """Which Python ran the round, and whether it runs from a shared libpython:
+    such a build (pyenv's) takes ~15% longer on the round than one with the
+    interpreter in its executable (Debian's /usr/bin/python3.11, which the
+    Makefile builds ``.venv`` on; bench/README.md, "The interpreter")."""
+    try:
+        with open("/proc/self/maps") as maps:
+            shared = "libpython" in maps.read()
+    except OSError:
+        linked = "linking unknown"
+    else:
+        linked = "a shared libpython" if shared else "the interpreter in its executable"
+    executable = os.path.realpath(sys.executable)  # a venv's python links to it
+    return f"Python {platform.python_version()} at {executable}, {linked}"
 
 
 def _bare_loop_s() -> float:
