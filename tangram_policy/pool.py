@@ -46,7 +46,7 @@ IndexKey = tuple[str, frozenset[str], str]
 Index = list[int]
 #: An allocation as ``Pool.charge`` takes it: per kind (kind, amount, pool
 #: capacity of the kind), and its GPUs.
-Plan = tuple[tuple[tuple[str, float, float], ...], float]
+Plan = tuple[tuple[tuple[str, float], ...], float]
 #: What a tenant's guarantee or limit bounds of one demand: (kind, amount, ceiling).
 Caps = tuple[tuple[str, float, float], ...]
 _NO_USAGE: Mapping[str, float] = {}
@@ -233,8 +233,6 @@ class Pool:
             dict(snapshot.capacity) if snapshot.capacity is not None else listed
         )
         self.usage: dict[str, dict[str, float]] = {}
-        #: Dominant-resource share per tenant, kept current by ``charge``.
-        self.shares: dict[str, float] = {}
         #: Per (tenant, kind taken back), what its running elastic actions hold
         #: above their minimum (``guarantee_caps``).
         self.extra_held: dict[tuple[str, str], float] = {}
@@ -264,17 +262,12 @@ class Pool:
                 usage[kind] = usage.get(kind, 0.0) + amount
             if gpu_free and running.node in gpu_free and allocation.get("gpu", 0.0) > 0:
                 take_gpus(gpu_free[running.node], running.gpus, int(round(allocation["gpu"])))
-        for tenant in usages:
-            self.refresh_share(tenant)
 
     # -- accounting -------------------------------------------------------
 
     def plan(self, allocation: Resources) -> Plan:
         """What ``charge`` needs of an allocation, worked out once for many placements."""
-        items = tuple(
-            (kind, amount, self.total.get(kind, 0.0)) for kind, amount in allocation.items()
-        )
-        return items, allocation.get("gpu", 0.0)
+        return tuple(allocation.items()), allocation.get("gpu", 0.0)
 
     def charge(
         self,
@@ -285,8 +278,8 @@ class Pool:
         found_in: Index | None = None,
         found_at: int = 0,
     ) -> None:
-        """Charge an allocation (its ``plan``) to ``tenant`` on ``node_id``: room, indexes,
-        usage and share, in one pass over it.
+        """Charge an allocation (its ``plan``) to ``tenant`` on ``node_id``: room, indexes
+        and usage, in one pass over it.
 
         This runs once per placement. ``found_in`` is an index ``find`` found
         the node in, at ``found_at``: the node need not be searched for there.
@@ -294,18 +287,15 @@ class Pool:
         usage = self.usage.get(tenant)
         if usage is None:
             usage = self.usage[tenant] = {}
-        share = 0.0
         items, gpu = plan
         free = self.free.get(node_id)
         if free is None:
-            for kind, amount, capacity in items:
-                used = usage[kind] = usage.get(kind, 0.0) + amount
-                if capacity > 0 and used / capacity > share:
-                    share = used / capacity
+            for kind, amount in items:
+                usage[kind] = usage.get(kind, 0.0) + amount
         else:
             listed = self._node_indexes.get(node_id)
             room_sets = self._room_sets
-            for kind, amount, capacity in items:
+            for kind, amount in items:
                 after = free[kind] = free.get(kind, 0.0) - amount
                 if room_sets and kind in room_sets:
                     for members, cell in room_sets[kind]:
@@ -328,27 +318,11 @@ class Pool:
                                 insort(index, new, 0, position)
                             else:
                                 insort(index, new, position)
-                used = usage[kind] = usage.get(kind, 0.0) + amount
-                if capacity > 0 and used / capacity > share:
-                    share = used / capacity
+                usage[kind] = usage.get(kind, 0.0) + amount
             if gpus or (gpu > 0 and node_id in self.gpu_free):
                 groups = self.gpu_free.get(node_id)
                 if groups is not None:
                     take_gpus(groups, gpus, int(round(gpu)))
-        if share > self.shares.get(tenant, 0.0):
-            self.shares[tenant] = share
-
-    def refresh_share(self, tenant: str) -> None:
-        """Work ``tenant``'s dominant share out anew: ``charge`` only ever raises it."""
-        total = self.total
-        self.shares[tenant] = max(
-            (
-                used / total[kind]
-                for kind, used in self.usage.get(tenant, _NO_USAGE).items()
-                if total.get(kind, 0.0) > 0
-            ),
-            default=0.0,
-        )
 
     def guarantee_caps(self, tenant: str, demand: Resources) -> Caps | None:
         """What ``tenant``'s guarantee bounds of ``demand``; None: it never is within it.
@@ -432,7 +406,16 @@ class Pool:
         )
 
     def dominant_share(self, tenant: str) -> float:
-        return self.shares.get(tenant, 0.0)
+        """The largest fraction of any kind of the pool ``tenant`` holds. Worked out
+        when asked (a borrowing turn), not kept by ``charge``: most placements are
+        within guarantees, where no share is read."""
+        total = self.total
+        share = 0.0
+        for kind, used in self.usage.get(tenant, _NO_USAGE).items():
+            capacity = total.get(kind, 0.0)
+            if capacity > 0 and used / capacity > share:
+                share = used / capacity
+        return share
 
     def room_on(self, kind: str, nodes: tuple[str, ...]) -> float:
         """Free room of ``kind`` on ``nodes`` (an ``offering``; nodes the snapshot

@@ -1319,8 +1319,6 @@ class _Round:
                 pool.charge(held.tenant, node_id, pool.plan({kind: -held.extra}))
                 extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + held.extra
             after[(node_id, kind)] = pool.free[node_id].get(kind, 0.0)
-        for tenant, _ in lenders:
-            pool.refresh_share(tenant)
         lent_usage = {
             (tenant, kind): pool.usage.get(tenant, _NO_USAGE).get(kind, 0.0)
             for tenant, kind in lenders
@@ -1587,7 +1585,6 @@ class _Round:
         """
         pool = self.pool
         usages = pool.usage
-        shares = pool.shares
         lends_all = pool.lends_all
         no_room = self.no_room
         heappop = heapq.heappop
@@ -1616,7 +1613,7 @@ class _Round:
                         entry = entries[cls.position]
                         heapreplace(heap, (entry[0], entry[1], position))
                     if turn is not None:
-                        share = shares.get(tenant, 0.0) / weight
+                        share = pool.dominant_share(tenant) / weight
                         if share > next_share:
                             return share
                     continue
