@@ -44,8 +44,7 @@ IndexKey = tuple[str, frozenset[str], str]
 #: A sorted node index: per node ``_order(room of its kind) << rank bits``
 #: plus the node's rank among node ids, so it sorts by (room, node id).
 Index = list[int]
-#: An allocation as ``Pool.charge`` takes it: per kind (kind, amount, pool
-#: capacity of the kind), and its GPUs.
+#: An allocation as ``Pool.charge`` takes it: (kind, amount) per kind, and its GPUs.
 Plan = tuple[tuple[tuple[str, float], ...], float]
 #: What a tenant's guarantee or limit bounds of one demand: (kind, amount, ceiling).
 Caps = tuple[tuple[str, float, float], ...]
