@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import platform
 from collections.abc import Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
@@ -902,6 +903,25 @@ def test_the_bench_prints_json_for_every_policy() -> None:
         ):
             assert key in metrics
     assert report["ratios"]["tangram_vs_fifo"]["mean_act"] > 1.0
+
+
+def test_the_round_bench_prints_its_rounds_and_the_interpreter_that_ran_them() -> None:
+    """``bench.round`` on a small state: both views place alike, and the last line
+    names the interpreter, by which its milliseconds are read (bench/README.md,
+    "The interpreter")."""
+    from bench.round import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["--pending", "300", "--nodes", "30", "--running", "60", "--repeat", "1"]) == 0
+    lines = out.getvalue().splitlines()
+    rows = {line[:40].strip(): line.split() for line in lines if line.startswith("tangram")}
+    placed = {int(row[-2]) for row in rows.values()}
+    assert set(rows) == {"tangram", "tangram (every running action)"}
+    assert len(placed) == 1 and placed.pop() > 0
+    interpreter = lines[-1]
+    assert interpreter.startswith(f"interpreter: Python {platform.python_version()} at /")
+    assert interpreter.endswith(("a shared libpython", "the interpreter in its executable"))
 
 
 def test_the_bench_gives_each_tenant_its_mean_act() -> None:
