@@ -1,9 +1,9 @@
 # Two commands: `make run` (embedded mode on http://127.0.0.1:8000) and `make test`.
 # Debian's /usr/bin/python3.11 where it can make a venv (python3.11-venv gives it
 # ensurepip): the interpreter linked into its executable, it runs the scheduling
-# round in ~10% fewer instructions and ~13% less time than a build on a shared
+# round in ~10% fewer instructions and 10-13% less time than a build on a shared
 # libpython (pyenv's; bench/README.md, "The interpreter").
-DEBIAN_PYTHON := $(shell /usr/bin/python3.11 -c 'import ensurepip' 2>/dev/null && echo /usr/bin/python3.11)
+DEBIAN_PYTHON = $(shell /usr/bin/python3.11 -c 'import ensurepip' 2>/dev/null && echo /usr/bin/python3.11)
 PYTHON ?= $(or $(DEBIAN_PYTHON),$(shell command -v python3.11 || command -v python3))
 VENV := .venv
 BIN := $(VENV)/bin

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _interpreter() -> str:
     """Which Python ran the round, and whether it runs from a shared libpython:
-    such a build (pyenv's) takes ~15% longer on the round than one with the
+    such a build (pyenv's) takes 11-15% longer on the round than one with the
     interpreter in its executable (Debian's /usr/bin/python3.11, which the
     Makefile builds ``.venv`` on; bench/README.md, "The interpreter")."""
     try:
