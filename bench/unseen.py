@@ -372,6 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--min-tenants", type=int, default=1, help="judge only draws with at least N tenants"
     )
+    parser.add_argument(
+        "--split-slowdown",
+        default="",
+        help="LOW,HIGH: also draw, for each type that may run on more than one GPU, "
+        "its run time's factor when its GPUs span NVLink groups (default: none, 1x)",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.count < 1:
@@ -384,7 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.min_tenants <= 3:
         parser.error(f"--min-tenants: draws have 1 to 3 tenants, got {args.min_tenants}")
     seeds = parse_seeds(parser, args.seeds)
-    share = _share(parser, args.pool_share)
+    share = _range(parser, "--pool-share", args.pool_share, 0, strict=True)
+    slowdown = None
+    if args.split_slowdown:
+        slowdown = _range(parser, "--split-slowdown", args.split_slowdown, 1, strict=False)
     rng = random.Random(args.seed)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -397,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                 task["name"] for task in raw["tasks"]
             }:
                 continue
+            if slowdown is not None:
+                draw_split_slowdowns(raw, random.Random(f"split:{raw['name']}"), slowdown)
             if args.keep is not None:
                 path = args.keep / f"{raw['name']}.yaml"
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -412,13 +423,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _share(parser: argparse.ArgumentParser, text: str) -> tuple[float, float]:
+def draw_split_slowdowns(raw: Raw, rng: random.Random, between: tuple[float, float]) -> None:
+    """Give each type of ``raw`` that may hold more than one GPU a ``split_gpus_slowdown``
+    drawn in ``between``.
+
+    Off by default: ``draw_workload`` leaves it at 1, so a split costs nothing
+    and the draws could show only what keeping to one NVLink group costs.
+    The factors come from ``rng``, apart from the draw's own stream, so every
+    other part of a workload is the same with the flag as without.
+    """
+    for task in raw["tasks"]:
+        for call in _calls(task):
+            gpus = call["demand"].get("gpu", 0)
+            elasticity = call.get("elasticity", {})
+            if elasticity.get("unit_kind") == "gpu":  # the demand is at min_units
+                gpus = gpus * elasticity["max_units"] / elasticity["min_units"]
+            if gpus > 1:
+                call["split_gpus_slowdown"] = round(rng.uniform(*between), 2)
+
+
+def _range(
+    parser: argparse.ArgumentParser, flag: str, text: str, least: float, *, strict: bool
+) -> tuple[float, float]:
+    """``LOW,HIGH`` with ``least`` < LOW (``strict``) or ``least`` <= LOW, and LOW <= HIGH."""
     try:
         low, high = (float(part) for part in text.split(","))
     except ValueError:
-        parser.error(f"--pool-share: expected LOW,HIGH, got {text!r}")
-    if not 0 < low <= high:
-        parser.error(f"--pool-share: expected 0 < LOW <= HIGH, got {text!r}")
+        parser.error(f"{flag}: expected LOW,HIGH, got {text!r}")
+    if not (least < low if strict else least <= low) or low > high:
+        sign = "<" if strict else "<="
+        parser.error(f"{flag}: expected {least:g} {sign} LOW <= HIGH, got {text!r}")
     return low, high
 
 

@@ -1153,10 +1153,44 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
         with pytest.raises(SystemExit) as exited:
             main(["--pool-share", bad])
         assert exited.value.code == 2 and "--pool-share" in capsys.readouterr().err
-    for flag, bad in (("--require", "offline,gpu"), ("--min-tenants", "4")):
+    for flag, bad in (
+        ("--require", "offline,gpu"),
+        ("--min-tenants", "4"),
+        ("--split-slowdown", "0.8,2"),
+        ("--split-slowdown", "2,1.5"),
+    ):
         with pytest.raises(SystemExit) as exited:
             main([flag, bad])
         assert exited.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_unseen_split_slowdowns_go_only_to_multi_gpu_types_and_change_nothing_else() -> None:
+    """``--split-slowdown`` draws from a stream of its own: without its factors a
+    workload is the plain draw, and only a type that may hold two GPUs or more gets one."""
+    import copy
+    import random
+
+    from bench.unseen import draw_split_slowdowns, draw_workload
+
+    given = 0
+    for seed in range(80):
+        raw = draw_workload(random.Random(seed), f"u{seed}")
+        slowed = copy.deepcopy(raw)
+        draw_split_slowdowns(slowed, random.Random(f"split:u{seed}"), (1.2, 2.0))
+        workload_from_dict(copy.deepcopy(slowed))
+        for task in slowed["tasks"]:
+            for call in [*task.get("actions", ()), *([task["reward"]] if "reward" in task else ())]:
+                factor = call.pop("split_gpus_slowdown", None)
+                elasticity = call.get("elasticity", {})
+                most = call["demand"].get("gpu", 0)
+                if elasticity.get("unit_kind") == "gpu":
+                    most = most * elasticity["max_units"] / elasticity["min_units"]
+                assert (factor is not None) == (most > 1), call
+                if factor is not None:
+                    assert 1.2 <= factor <= 2.0
+                    given += 1
+        assert slowed == raw
+    assert given > 5  # the seeds draw multi-GPU judges and jobs
 
 
 def test_the_unseen_bench_judges_only_the_family_it_is_asked_for(
