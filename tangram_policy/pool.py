@@ -565,7 +565,7 @@ class Pool:
                 if starting and not avoiding.isdisjoint(starting.get(node_id, _NO_KEYS)):
                     continue
                 if gpus_needed and node_id in self.gpu_free:
-                    gpus = self.pick_gpus(node_id, gpus_needed)
+                    gpus = self.pick_gpus(node_id, gpus_needed, roomiest == MOST_ROOM)
                     if gpus is None:
                         continue
                     return position, node_id, gpus
@@ -606,6 +606,9 @@ class Pool:
             if held > most + EPSILON:
                 best, most = (position, found[1], found[2]), held
                 bound = _order((most + EPSILON) * need) << self._rank_bits
+        if best is not None and best[2]:  # room to grow inside its GPUs' group too
+            gpus = self.pick_gpus(best[1], gpus_needed, roomiest=True)
+            best = (best[0], best[1], gpus or best[2])
         return best
 
     def heavier_than_pool(self, demand: Resources, kind: str) -> bool:
@@ -749,12 +752,17 @@ class Pool:
         held = node.warm | keys | self.set_up.get(node_id, _NO_KEYS)
         return max(len(held) - node.warm_slots, 0)
 
-    def pick_gpus(self, node_id: str, count: int) -> tuple[str, ...] | None:
-        """``count`` free GPU ids, inside one group when topology counts (best-fit group).
+    def pick_gpus(
+        self, node_id: str, count: int, roomiest: bool = False
+    ) -> tuple[str, ...] | None:
+        """``count`` free GPU ids, inside one group when topology counts: the best-fit
+        group, or with ``roomiest`` (an action that may grow) the one with the most free.
 
-        An action larger than every group of the node spans the fewest groups
-        (the ones with most free first) rather than wait for a group it can
-        never fit in.
+        An action grows only inside the group of its first GPU (``_Round.expand``),
+        so one packed into the fullest group could not grow while another group
+        stood idle. An action larger than every group of the node spans the
+        fewest groups (the ones with most free first) rather than wait for a
+        group it can never fit in.
         """
         groups = self.gpu_free[node_id]
         if count > 1 and self.topology and count > largest_gpu_group(self.nodes[node_id]):
@@ -762,6 +770,9 @@ class Pool:
             for group in sorted(groups, key=len, reverse=True):
                 spanning += group[: count - len(spanning)]
             return tuple(spanning) if len(spanning) == count else None
+        if roomiest and self.topology:
+            most = max(groups, key=len)
+            return tuple(most[:count]) if len(most) >= count else None
         if not self.topology or count == 1:
             candidates = [g for group in groups for g in group]
             if count == 1:

@@ -855,6 +855,29 @@ def test_an_action_larger_than_every_group_spans_the_fewest_groups() -> None:
         assert not get_policy("tangram").decide(view(_snapshot([node], four, busy))).placements
 
 
+def test_an_action_that_may_grow_starts_in_the_gpu_group_with_most_free() -> None:
+    """It grows only inside its first GPU's group: a 1-GPU job elastic to 4 starts
+    in the idle group and grows to all of it, where the fuller group held 3 for it.
+    A call that cannot grow still takes the fuller group's GPU (best fit keeps a
+    whole group for multi-GPU work), as does the job once others wait for GPUs."""
+    groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
+    node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)
+    running = [RunningAction("r", "t", "train", "g", {"gpu": 1.0}, 0.0, gpus=("g0",))]
+    elastic = Elasticity(min_units=1, max_units=4, parallel_fraction=0.95, unit_kind="gpu")
+    job = _action("job", type="train", demand={"gpu": 1.0}, elasticity=elastic)
+    call = _action("call", type="train", demand={"gpu": 1.0})
+    stats = {("t", "train"): DurationStat(5, 300.0)}
+    waiting = _action("wait", type="train", demand={"gpu": 8.0}, submitted_at=-50.0)
+    decide = get_policy("tangram").decide
+    for view in (lambda s: s, partial_view):
+        grown = decide(view(_snapshot([node], [job], running, stats=stats))).placements[0]
+        assert grown.units == 4 and sorted(grown.gpus) == ["g4", "g5", "g6", "g7"]
+        fixed = decide(view(_snapshot([node], [call], running, stats=stats))).placements[0]
+        assert fixed.gpus[0] in {"g1", "g2", "g3"}
+        both = decide(view(_snapshot([node], [waiting, job], running, stats=stats)))
+        assert [(p.units, p.gpus[0] in groups[0]) for p in both.placements] == [(1, True)]
+
+
 def test_fifo_hands_out_free_gpu_ids_in_order() -> None:
     groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
     node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)
