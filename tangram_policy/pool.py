@@ -752,9 +752,7 @@ class Pool:
         held = node.warm | keys | self.set_up.get(node_id, _NO_KEYS)
         return max(len(held) - node.warm_slots, 0)
 
-    def pick_gpus(
-        self, node_id: str, count: int, roomiest: bool = False
-    ) -> tuple[str, ...] | None:
+    def pick_gpus(self, node_id: str, count: int, roomiest: bool = False) -> tuple[str, ...] | None:
         """``count`` free GPU ids, inside one group when topology counts: the best-fit
         group, or with ``roomiest`` (an action that may grow) the one with the most free.
 
