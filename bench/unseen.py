@@ -4,6 +4,7 @@
     python -m bench.unseen --count 8 --seed 2 --seeds 1,2,3 --savings --keep /tmp/unseen
     python -m bench.unseen --pool-share 0.25,0.5      # as contended as most shipped pools
     python -m bench.unseen --count 30 --seed 200 --require offline,gpu_judge --min-tenants 2
+    python -m bench.unseen --count 60 --seed 529 --require gpu_judge --split-slowdown 1.2,2
 
 The shipped workloads were each written for a reason, and several changed the
 policy after they were run; the issue asks that the targets hold on workloads
@@ -17,6 +18,9 @@ quarter and all of the cores ``static``'s sandboxes need (``--pool-share``).
 ``bench.targets`` judges each (same policies, seeds and verdicts), and the
 summary counts how often tangram beats ``fifo`` and ``partitioned``. ``--keep
 DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
+
+``--split-slowdown`` also draws what a split over NVLink groups costs each
+multi-GPU type (1x otherwise), apart from the rest of the draw.
 
 ``--require`` and ``--min-tenants`` sweep one family of draws: every
 workload is still drawn, so names and contents match the same seed's
