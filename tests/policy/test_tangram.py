@@ -857,9 +857,9 @@ def test_an_action_larger_than_every_group_spans_the_fewest_groups() -> None:
 
 def test_an_action_that_may_grow_starts_in_the_gpu_group_with_most_free() -> None:
     """It grows only inside its first GPU's group: a 1-GPU job elastic to 4 starts
-    in the idle group and grows to all of it, where the fuller group held 3 for it.
-    A call that cannot grow still takes the fuller group's GPU (best fit keeps a
-    whole group for multi-GPU work), as does the job once others wait for GPUs."""
+    in the idle group and grows to all of it (the other group has 3 free). A call
+    that cannot grow still takes a GPU of the fuller group (best fit keeps a whole
+    group for multi-GPU work), as does the job once others wait for GPUs."""
     groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
     node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)
     running = [RunningAction("r", "t", "train", "g", {"gpu": 1.0}, 0.0, gpus=("g0",))]
