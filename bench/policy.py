@@ -364,6 +364,29 @@ def parse_seeds(parser: argparse.ArgumentParser, text: str) -> list[int]:
     return seeds
 
 
+def add_hint_flags(parser: argparse.ArgumentParser) -> None:
+    """``--hints CV`` and ``--remaining-hints CV``, read back by ``hinted``."""
+    parser.add_argument(
+        "--hints", type=float, metavar="CV", help="clients hint run times to within this cv"
+    )
+    parser.add_argument(
+        "--remaining-hints",
+        type=float,
+        metavar="CV",
+        help="clients hint what each trajectory runs after each action to within this cv",
+    )
+
+
+def hint_cvs(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[float | None, float | None]:
+    """The cvs ``add_hint_flags`` read, for ``Workload.with_hints``; exit 2 on one below 0."""
+    for flag, cv in (("--hints", args.hints), ("--remaining-hints", args.remaining_hints)):
+        if cv is not None and cv < 0:
+            parser.error(f"{flag}: expected a coefficient of variation >= 0, got {cv:g}")
+    return args.hints, args.remaining_hints
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.policy",
@@ -376,15 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablations", action="store_true", help="add tangram-no-<mechanism>")
     parser.add_argument("--savings", action="store_true")
     parser.add_argument("--format", choices=("table", "json"), default="table")
-    parser.add_argument(
-        "--hints", type=float, metavar="CV", help="clients hint run times to within this cv"
-    )
-    parser.add_argument(
-        "--remaining-hints",
-        type=float,
-        metavar="CV",
-        help="clients hint what each trajectory runs after each action to within this cv",
-    )
+    add_hint_flags(parser)
     parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel"
     )
@@ -394,11 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     workload = parse_workload(parser, args.workload)
-    for flag, cv in (("--hints", args.hints), ("--remaining-hints", args.remaining_hints)):
-        if cv is not None and cv < 0:
-            parser.error(f"{flag}: expected a coefficient of variation >= 0, got {cv:g}")
-    if args.hints is not None or args.remaining_hints is not None:
-        workload = workload.with_hints(args.hints, args.remaining_hints)
+    workload = workload.with_hints(*hint_cvs(parser, args))
     seeds = parse_seeds(parser, args.seeds)
     names = [p for p in args.policies.split(",") if p]
     known = sorted({*BASELINES, *POLICIES})

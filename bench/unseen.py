@@ -5,6 +5,7 @@
     python -m bench.unseen --pool-share 0.25,0.5      # as contended as most shipped pools
     python -m bench.unseen --count 30 --seed 200 --require offline,gpu_judge --min-tenants 2
     python -m bench.unseen --count 60 --seed 529 --require gpu_judge --split-slowdown 1.2,2
+    python -m bench.unseen --count 40 --seed 540 --hints 0.3 --remaining-hints 0.5
 
 The shipped workloads were each written for a reason, and several changed the
 policy after they were run; the issue asks that the targets hold on workloads
@@ -20,7 +21,10 @@ summary counts how often tangram beats ``fifo`` and ``partitioned``. ``--keep
 DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
 
 ``--split-slowdown`` also draws what a split over NVLink groups costs each
-multi-GPU type (1x otherwise), apart from the rest of the draw.
+multi-GPU type (1x otherwise), apart from the rest of the draw. ``--hints CV``
+and ``--remaining-hints CV`` have the clients hint run times, and what each
+trajectory still runs, as ``bench.policy``'s flags do (the YAML kept is the
+draw, without them).
 
 ``--require`` and ``--min-tenants`` sweep one family of draws: every
 workload is still drawn, so names and contents match the same seed's
@@ -42,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from bench.policy import parse_seeds
+from bench.policy import add_hint_flags, hint_cvs, parse_seeds
 from bench.targets import HEAD, line, summary, verdict
 from tangram_sim.workload import Workload, workload_from_dict
 
@@ -382,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         help="LOW,HIGH: also draw, for each type that may run on more than one GPU, "
         "its run time's factor when its GPUs span NVLink groups (default: none, 1x)",
     )
+    add_hint_flags(parser)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.count < 1:
@@ -394,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.min_tenants <= 3:
         parser.error(f"--min-tenants: draws have 1 to 3 tenants, got {args.min_tenants}")
     seeds = parse_seeds(parser, args.seeds)
+    hints = hint_cvs(parser, args)
     share = _range(parser, "--pool-share", args.pool_share, 0, strict=True)
     slowdown = None
     if args.split_slowdown:
@@ -415,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep is not None:
                 path = args.keep / f"{raw['name']}.yaml"
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
-            workload: Workload = workload_from_dict(raw)
+            workload: Workload = workload_from_dict(raw).with_hints(*hints)
             row = verdict(workload, seeds, executor, with_savings=args.savings)
             rows.append(row)
             print(line(row), flush=True)

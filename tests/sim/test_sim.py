@@ -1149,6 +1149,12 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
     assert all(load_workload(path).tasks for path in kept)
     main(argv)
     assert capsys.readouterr().out == out
+    main([*argv, "--hints", "0"])  # told each run exactly, tangram orders differently
+    hinted = capsys.readouterr().out
+    assert hinted != out and [p.stem for p in sorted(tmp_path.glob("*.yaml"))] == [
+        "unseen-3-0",
+        "unseen-3-1",
+    ]
     for bad in ("x", "0.5,0.2", "0,1"):
         with pytest.raises(SystemExit) as exited:
             main(["--pool-share", bad])
@@ -1158,6 +1164,8 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
         ("--min-tenants", "4"),
         ("--split-slowdown", "0.8,2"),
         ("--split-slowdown", "2,1.5"),
+        ("--hints", "-0.1"),
+        ("--remaining-hints", "-1"),
     ):
         with pytest.raises(SystemExit) as exited:
             main([flag, bad])
