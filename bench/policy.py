@@ -387,6 +387,23 @@ def hint_cvs(
     return args.hints, args.remaining_hints
 
 
+def add_round_interval_flag(parser: argparse.ArgumentParser) -> None:
+    """``--round-interval S``, read back by ``round_interval``."""
+    parser.add_argument(
+        "--round-interval",
+        type=float,
+        metavar="S",
+        help="decide at most once per S seconds (the workload's sim.round_interval_s)",
+    )
+
+
+def round_interval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float | None:
+    """The ``--round-interval`` asked for, if any; exit 2 on one below 0."""
+    if args.round_interval is not None and args.round_interval < 0:
+        parser.error(f"--round-interval: expected 0 or more, got {args.round_interval:g}")
+    return args.round_interval
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.policy",

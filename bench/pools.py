@@ -32,7 +32,14 @@ from dataclasses import replace
 from typing import Any
 
 from bench.perturb import FACTORS, variant
-from bench.policy import parse_seeds, parse_workload, ratios, run_policies
+from bench.policy import (
+    add_round_interval_flag,
+    parse_seeds,
+    parse_workload,
+    ratios,
+    round_interval,
+    run_policies,
+)
 
 POLICIES = ["partitioned", "fifo", "tangram"]
 SCALED = {  # what --factor multiplies, besides the pool
@@ -64,12 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--factor", default="pool", choices=FACTORS, help="the number the scales multiply"
     )
-    parser.add_argument(
-        "--round-interval",
-        type=float,
-        metavar="S",
-        help="decide at most once per S seconds (the workload's sim.round_interval_s)",
-    )
+    add_round_interval_flag(parser)
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated, e.g. 1,2,3")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
@@ -80,12 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--scales: expected comma-separated numbers, got {args.scales!r}")
     if any(scale <= 0 for scale in scales):
         parser.error(f"--scales: expected every scale above 0, got {args.scales!r}")
-    if args.round_interval is not None and args.round_interval < 0:
-        parser.error(f"--round-interval: expected 0 or more, got {args.round_interval:g}")
+    interval = round_interval(parser, args)
     workloads = [parse_workload(parser, path) for path in args.workloads]
-    if args.round_interval is not None:
-        workloads = [replace(w, round_interval_s=args.round_interval) for w in workloads]
-        print(f"one round at most every {args.round_interval:g} s", flush=True)
+    if interval is not None:
+        workloads = [replace(w, round_interval_s=interval) for w in workloads]
+        print(f"one round at most every {interval:g} s", flush=True)
     if args.factor != "pool":
         print(f"each scale multiplies {SCALED[args.factor]}; the pool is as written", flush=True)
     print(HEAD, flush=True)

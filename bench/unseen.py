@@ -23,8 +23,9 @@ DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
 ``--split-slowdown`` also draws what a split over NVLink groups costs each
 multi-GPU type (1x otherwise), apart from the rest of the draw. ``--hints CV``
 and ``--remaining-hints CV`` have the clients hint run times, and what each
-trajectory still runs, as ``bench.policy``'s flags do (the YAML kept is the
-draw, without them).
+trajectory still runs, as ``bench.policy``'s flags do, and ``--round-interval
+S`` has every policy decide at most once per S seconds, as ``bench.pools``'s
+does (the YAML kept is the draw, without these three).
 
 ``--require`` and ``--min-tenants`` sweep one family of draws: every
 workload is still drawn, so names and contents match the same seed's
@@ -41,12 +42,19 @@ import random
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench.policy import add_hint_flags, hint_cvs, parse_seeds
+from bench.policy import (
+    add_hint_flags,
+    add_round_interval_flag,
+    hint_cvs,
+    parse_seeds,
+    round_interval,
+)
 from bench.targets import HEAD, line, summary, verdict
 from tangram_sim.workload import Workload, workload_from_dict
 
@@ -387,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "its run time's factor when its GPUs span NVLink groups (default: none, 1x)",
     )
     add_hint_flags(parser)
+    add_round_interval_flag(parser)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.count < 1:
@@ -400,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--min-tenants: draws have 1 to 3 tenants, got {args.min_tenants}")
     seeds = parse_seeds(parser, args.seeds)
     hints = hint_cvs(parser, args)
+    interval = round_interval(parser, args)
     share = _range(parser, "--pool-share", args.pool_share, 0, strict=True)
     slowdown = None
     if args.split_slowdown:
@@ -422,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                 path = args.keep / f"{raw['name']}.yaml"
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
             workload: Workload = workload_from_dict(raw).with_hints(*hints)
+            if interval is not None:
+                workload = replace(workload, round_interval_s=interval)
             row = verdict(workload, seeds, executor, with_savings=args.savings)
             rows.append(row)
             print(line(row), flush=True)

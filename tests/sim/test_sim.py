@@ -1149,12 +1149,10 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
     assert all(load_workload(path).tasks for path in kept)
     main(argv)
     assert capsys.readouterr().out == out
-    main([*argv, "--hints", "0"])  # told each run exactly, tangram orders differently
-    hinted = capsys.readouterr().out
-    assert hinted != out and [p.stem for p in sorted(tmp_path.glob("*.yaml"))] == [
-        "unseen-3-0",
-        "unseen-3-1",
-    ]
+    for changed in (["--hints", "0"], ["--round-interval", "5"]):  # the runs, not the draws
+        main([*argv, *changed])
+        assert capsys.readouterr().out != out
+        assert [p.stem for p in sorted(tmp_path.glob("*.yaml"))] == ["unseen-3-0", "unseen-3-1"]
     for bad in ("x", "0.5,0.2", "0,1"):
         with pytest.raises(SystemExit) as exited:
             main(["--pool-share", bad])
@@ -1166,6 +1164,7 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
         ("--split-slowdown", "2,1.5"),
         ("--hints", "-0.1"),
         ("--remaining-hints", "-1"),
+        ("--round-interval", "-1"),
     ):
         with pytest.raises(SystemExit) as exited:
             main([flag, bad])
