@@ -529,6 +529,8 @@ class Pool:
         roomiest: int,
         keeping: frozenset[str] = frozenset(),
         avoiding: frozenset[str] = frozenset(),
+        *,
+        split_gpus: bool = False,
     ) -> tuple[int, str, tuple[str, ...]] | None:
         """A node in ``index`` with room for every one of ``needs``, its position there, its GPUs.
 
@@ -538,10 +540,11 @@ class Pool:
         ``need``, so small requests fill the fullest nodes first and large ones
         keep finding whole nodes. ``charge`` takes the position so as not to search for it again.
         With ``keeping`` (warm keys), only a node with free warm slots for them;
-        with ``avoiding``, only one not still setting them up.
+        with ``avoiding``, only one not still setting them up. With ``split_gpus``
+        (``PendingAction.may_split_gpus``), its GPUs may come from any group.
         """
         if roomiest == MOST_COPIES:  # only for a demand with some of the index's kind
-            return self._most_copies(index, need, needs, gpus_needed, keeping, avoiding)
+            return self._most_copies(index, need, needs, gpus_needed, keeping, avoiding, split_gpus)
         if roomiest:
             last = len(index) - 1
             positions = range(last, last - SCAN_LIMIT if last >= SCAN_LIMIT else -1, -1)
@@ -565,7 +568,7 @@ class Pool:
                 if starting and not avoiding.isdisjoint(starting.get(node_id, _NO_KEYS)):
                     continue
                 if gpus_needed and node_id in self.gpu_free:
-                    gpus = self.pick_gpus(node_id, gpus_needed, roomiest == MOST_ROOM)
+                    gpus = self.pick_gpus(node_id, gpus_needed, roomiest == MOST_ROOM, split_gpus)
                     if gpus is None:
                         continue
                     return position, node_id, gpus
@@ -580,6 +583,7 @@ class Pool:
         gpus_needed: int,
         keeping: frozenset[str],
         avoiding: frozenset[str],
+        split_gpus: bool,
     ) -> tuple[int, str, tuple[str, ...]] | None:
         """The roomiest node of ``index`` for an action heavier than the pool in some
         kind: the one that holds the most copies of it, where that kind runs out
@@ -598,7 +602,16 @@ class Pool:
             if best is not None and entry < bound:
                 break  # the index is sorted: no later node holds more copies either
             # That one node, through find's checks (room, warm slots, setups, GPUs).
-            found = self.find([entry], need, needs, gpus_needed, BEST_FIT, keeping, avoiding)
+            found = self.find(
+                [entry],
+                need,
+                needs,
+                gpus_needed,
+                BEST_FIT,
+                keeping,
+                avoiding,
+                split_gpus=split_gpus,
+            )
             if found is None:
                 continue
             free = self.free[found[1]]
@@ -607,7 +620,7 @@ class Pool:
                 best, most = (position, found[1], found[2]), held
                 bound = _order((most + EPSILON) * need) << self._rank_bits
         if best is not None and best[2]:  # room to grow inside its GPUs' group too
-            gpus = self.pick_gpus(best[1], gpus_needed, roomiest=True)
+            gpus = self.pick_gpus(best[1], gpus_needed, True, split_gpus)
             best = (best[0], best[1], gpus or best[2])
         return best
 
@@ -752,9 +765,13 @@ class Pool:
         held = node.warm | keys | self.set_up.get(node_id, _NO_KEYS)
         return max(len(held) - node.warm_slots, 0)
 
-    def pick_gpus(self, node_id: str, count: int, roomiest: bool = False) -> tuple[str, ...] | None:
+    def pick_gpus(
+        self, node_id: str, count: int, roomiest: bool = False, split: bool = False
+    ) -> tuple[str, ...] | None:
         """``count`` free GPU ids, inside one group when topology counts: the best-fit
         group, or with ``roomiest`` (an action that may grow) the one with the most free.
+        With ``split`` (an action that runs as well across groups) they may come
+        from several, the fullest first, as without topology.
 
         An action grows only inside the group of its first GPU (``_Round.expand``),
         so one packed into the fullest group could not grow while another group
@@ -763,21 +780,23 @@ class Pool:
         group it can never fit in.
         """
         groups = self.gpu_free[node_id]
-        if count > 1 and self.topology and count > largest_gpu_group(self.nodes[node_id]):
+        topology = self.topology and not split
+        if count > 1 and topology and count > largest_gpu_group(self.nodes[node_id]):
             spanning: list[str] = []
             for group in sorted(groups, key=len, reverse=True):
                 spanning += group[: count - len(spanning)]
             return tuple(spanning) if len(spanning) == count else None
-        if roomiest and self.topology:
+        if roomiest and topology:
             most = max(groups, key=len)
             return tuple(most[:count]) if len(most) >= count else None
-        if not self.topology or count == 1:
-            candidates = [g for group in groups for g in group]
+        if not topology or count == 1:
             if count == 1:
                 best = min(
                     (group for group in groups if group), key=len, default=None
                 )  # a GPU from the fullest group keeps whole groups free
                 return (best[0],) if best else None
+            ordered = sorted(groups, key=len) if split and self.topology else groups
+            candidates = [g for group in ordered for g in group]
             return tuple(candidates[:count]) if len(candidates) >= count else None
         fitting = [group for group in groups if len(group) >= count]
         if not fitting:

@@ -255,7 +255,7 @@ class TangramConfig:
     keep_ratio: float = 20.0
 
 
-Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...]]
+Shape = tuple[str, frozenset[str], tuple[tuple[str, float], ...], bool]
 #: The nodes that offer an action type (``Pool.offering``).
 Offering = tuple[str, ...]
 #: One schedulable unit: (key, first action id, expected work s, first action,
@@ -284,6 +284,7 @@ class _Class:
         "needs",
         "need",
         "gpus_needed",
+        "split_gpus",
         "guarantee",
         "limit",
         "warm",
@@ -314,6 +315,7 @@ class _Class:
         self.needs = tuple((kind, amount) for kind, amount in demand.items() if amount > 0)
         self.need = demand.get(self.kind, 0.0)
         self.gpus_needed = int(round(demand.get("gpu", 0.0)))
+        self.split_gpus = head.may_split_gpus
         self.guarantee = pool.guarantee_caps(head.tenant, demand)
         self.limit = pool.limit_caps(head.tenant, demand)
         quota = pool.quotas.get(head.tenant)
@@ -392,6 +394,7 @@ class _GainGroup:
         "demand",
         "work_s",
         "fixed_s",
+        "split_gpus",
         "outs",
     )
 
@@ -403,6 +406,7 @@ class _GainGroup:
         demand: Resources,
         work_s: float,
         fixed_s: float,
+        split_gpus: bool = False,
     ) -> None:
         # Not the class itself: it holds this group, and a cycle would outlive the round.
         self.tenant = tenant
@@ -414,6 +418,8 @@ class _GainGroup:
         self.work_s = work_s
         #: Seconds before the run that more units do not shorten (setup on a cold node).
         self.fixed_s = fixed_s
+        #: Whether its extra GPUs may come from any group (``PendingAction.may_split_gpus``).
+        self.split_gpus = split_gpus
         #: Where the members' placements are in the round's output, in order.
         self.outs: list[int] = []
 
@@ -544,6 +550,7 @@ class TangramPolicy:
                 action.affinity,
                 action.batch_key,
                 action.batch_limit,
+                action.may_split_gpus,
             )
             target = targets.get(spec)
             if target is None:
@@ -554,11 +561,12 @@ class TangramPolicy:
                     signature = signatures.get(id(demand))
                     if signature is None:
                         signature = signatures[id(demand)] = tuple(sorted(demand.items()))
-                    class_key = (tenant, action.type, action.affinity, signature)
+                    split = action.may_split_gpus
+                    class_key = (tenant, action.type, action.affinity, signature, split)
                     cls = classes.get(class_key)
                     if cls is None:
                         shape = shapes.setdefault(
-                            (action.type, action.affinity, signature), len(shapes)
+                            (action.type, action.affinity, signature, split), len(shapes)
                         )
                         cls = classes[class_key] = _Class(action, demand, shape, pool)
                     entries = cls.entries
@@ -620,7 +628,8 @@ class TangramPolicy:
                 for kind, amount in demand.items():
                     largest[kind] = max(largest.get(kind, 0.0), amount)
             shape = shapes.setdefault(
-                (head.type, head.affinity, tuple(sorted(largest.items()))), len(shapes)
+                (head.type, head.affinity, tuple(sorted(largest.items())), head.may_split_gpus),
+                len(shapes),
             )
             cls = _Class(head, largest, shape, pool, batched=True)
             if size == 1:  # a batch of one is the entry itself
@@ -951,7 +960,13 @@ class _Round:
             return self._hold_for_setup(cls, guaranteed)
         if index is not None:
             found = pool.find(
-                index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
+                index,
+                cls.need,
+                cls.needs,
+                cls.gpus_needed,
+                roomiest,
+                avoiding=avoiding,
+                split_gpus=cls.split_gpus,
             )
         if found is None:
             warm_listed = bool(index)
@@ -962,20 +977,35 @@ class _Round:
             if pool.evicting and head.setup_s > 0 and self.config.affinity:
                 keeping = head.affinity
             found = pool.find(
-                index, cls.need, cls.needs, cls.gpus_needed, roomiest, keeping, avoiding
+                index,
+                cls.need,
+                cls.needs,
+                cls.gpus_needed,
+                roomiest,
+                keeping,
+                avoiding,
+                split_gpus=cls.split_gpus,
             )
             if found is not None and keeping and not pool.leaves_slots(found[1], keeping):
                 found = None  # another copy would take the slot a key nobody holds needs
             if found is None and keeping:  # room, if any, only where its setup evicts a key
                 found = pool.find(
-                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, avoiding=avoiding
+                    index,
+                    cls.need,
+                    cls.needs,
+                    cls.gpus_needed,
+                    roomiest,
+                    avoiding=avoiding,
+                    split_gpus=cls.split_gpus,
                 )
                 if found is not None and self._waits(
                     head, self.now - entry[4], warm_listed, found[1]
                 ):
                     return False
             if found is None and avoiding and pool.setting_up_keys:
-                there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+                there = pool.find(
+                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, split_gpus=cls.split_gpus
+                )
                 if there is not None:  # room only where its keys are still being set up
                     self.setup_only.add(cls.shape)
                     # Best fit found it already; the roomiest search found some node.
@@ -986,7 +1016,9 @@ class _Round:
                 and not (avoiding or cls.gpus_needed)
                 and self._backfill(cls, entry[2])
             ):
-                found = pool.find(index, cls.need, cls.needs, cls.gpus_needed, roomiest)
+                found = pool.find(
+                    index, cls.need, cls.needs, cls.gpus_needed, roomiest, split_gpus=cls.split_gpus
+                )
             if found is None:
                 self.no_room.add(cls.shape)
                 kind = cls.kind
@@ -1021,7 +1053,7 @@ class _Round:
             alike = (elasticity, head.demand, entry[2], fixed_s)
             group = cls.gains
             if group is None or group.alike != alike:
-                group = cls.gains = _GainGroup(cls.tenant, cls.demand, *alike)
+                group = cls.gains = _GainGroup(cls.tenant, cls.demand, *alike, cls.split_gpus)
                 self.gain_groups.append(group)
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
@@ -1170,7 +1202,9 @@ class _Round:
         if index is None:
             index = cls.anywhere = pool._index(cls.type, frozenset(), cls.kind)
         if there is None:
-            there = pool.find(index, cls.need, cls.needs, cls.gpus_needed, BEST_FIT)
+            there = pool.find(
+                index, cls.need, cls.needs, cls.gpus_needed, BEST_FIT, split_gpus=cls.split_gpus
+            )
         if there is None:
             return False
         position, node_id, gpus = there
@@ -1437,7 +1471,12 @@ class _Round:
         index = cls.anywhere
         if index is None:
             index = cls.anywhere = pool._index(cls.type, frozenset(), kind)
-        if pool.find(index, cls.need, cls.needs, cls.gpus_needed, BEST_FIT) is not None:
+        if (
+            pool.find(
+                index, cls.need, cls.needs, cls.gpus_needed, BEST_FIT, split_gpus=cls.split_gpus
+            )
+            is not None
+        ):
             return
         bound = cls.entries[cls.position][2] * self.config.backfill_ratio
         self._hold(self.held_in_guarantee, (cls.tenant, kind), cls.offering, bound)
@@ -1735,7 +1774,7 @@ class _Round:
                 held = ()
             more: tuple[str, ...] = ()
             if kind == "gpu" and node_id in pool.gpu_free:
-                if held and self.config.topology:
+                if held and self.config.topology and not group.split_gpus:
                     free_gpus = pool.free_in_group_of(node_id, held[0])
                 else:
                     free_gpus = [g for grp in pool.gpu_free[node_id] for g in grp]

@@ -63,6 +63,11 @@ class PendingAction:
     batch_limit: int = 1
     #: Seconds of setup a node without the ``affinity`` keys costs (image pull, model load).
     setup_s: float = 0.0
+    #: Whether it runs as well on GPUs of different NVLink groups of its node
+    #: (data-parallel work, e.g. an evaluation sweep): it may take, and grow
+    #: into, free GPUs of any group. False keeps a multi-GPU action, and its
+    #: growth, inside one group (tensor-parallel work).
+    may_split_gpus: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ _ACTION = {
         },
         "priority": {"type": "integer"},
         "split_gpus_slowdown": {"type": "number", "minimum": 1},
+        "may_split_gpus": {"type": "boolean"},
         "hint_cv": _AT_LEAST_0,
         "remaining_hint_cv": _AT_LEAST_0,
     },

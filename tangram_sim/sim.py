@@ -726,6 +726,7 @@ class Simulation:
             duration_hint_s=self._hint(action),
             remaining_hint_s=self._remaining_hint(action),
             position=action.position,
+            may_split_gpus=t.may_split_gpus,
         )
         self.pending[action.id] = action
         _, count = self._pending_types.get(t.id, (t, 0))

@@ -81,6 +81,9 @@ class ActionType:
     #: Run time x this when its GPUs span interconnect groups (tensor-parallel
     #: traffic over PCIe/the host instead of NVLink); 1: placement does not matter.
     split_gpus_slowdown: float = 1.0
+    #: Its clients say its GPUs need not share a group (``PendingAction.may_split_gpus``):
+    #: what the policy is told, where ``split_gpus_slowdown`` is what a split costs.
+    may_split_gpus: bool = False
     #: Clients hint each action's run time at min units, off by a lognormal
     #: factor with mean 1 and this coefficient of variation (0: exact); None: no hint.
     hint_cv: float | None = None
@@ -237,6 +240,7 @@ def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
         batch_marginal=float(batch.get("marginal", 1.0)),
         priority=int(raw.get("priority", 0)),
         split_gpus_slowdown=float(raw.get("split_gpus_slowdown", 1.0)),
+        may_split_gpus=bool(raw.get("may_split_gpus", False)),
         hint_cv=float(raw["hint_cv"]) if "hint_cv" in raw else None,
         remaining_hint_cv=float(raw["remaining_hint_cv"]) if "remaining_hint_cv" in raw else None,
     )

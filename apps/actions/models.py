@@ -59,6 +59,8 @@ class Action(models.Model):
     batch_key = models.CharField(max_length=200, blank=True, default="")
     #: Most members in one batch (1 without a ``batch_key``).
     batch_limit = models.PositiveIntegerField(default=1)
+    #: Its GPUs need not share an NVLink group (``PendingAction.may_split_gpus``).
+    may_split_gpus = models.BooleanField(default=False)
 
     state = models.CharField(max_length=16, choices=ActionState.choices, default=ActionState.QUEUED)
     attempt = models.PositiveIntegerField(default=1)

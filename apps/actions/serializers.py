@@ -119,6 +119,12 @@ class ActionInputSerializer(serializers.Serializer):
         default=1,
         help_text="Most actions in one batch; 1 (never batched) without a batch_key.",
     )
+    may_split_gpus = serializers.BooleanField(
+        default=False,
+        help_text="Runs as well on GPUs of different NVLink groups of a node (data-parallel "
+        "work): it may take, and grow into, free GPUs of any group. By default a multi-GPU "
+        "action, and its growth, keeps to one group.",
+    )
 
     def validate_type(self, value: str) -> str:
         if value not in ACTION_TYPES:
@@ -233,6 +239,7 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "affinity",
             "batch_key",
             "batch_limit",
+            "may_split_gpus",
             "attempt",
             "node",
             "allocation",

@@ -290,6 +290,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             "batch_key",
             "batch_limit",
             "setup_hint_s",
+            "may_split_gpus",
         )[:MAX_PENDING_PER_ROUND]
     )
     return tuple(
@@ -310,6 +311,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             batch_key=batch_key or None,
             batch_limit=batch_limit,
             setup_s=setup_hint or 0.0,
+            may_split_gpus=may_split_gpus,
         )
         for (
             id_,
@@ -328,6 +330,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             batch_key,
             batch_limit,
             setup_hint,
+            may_split_gpus,
         ) in rows
     )
 

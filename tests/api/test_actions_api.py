@@ -328,6 +328,17 @@ def test_bad_batch_fields_are_refused_naming_the_field(owner, node, extra, field
     assert Action.objects.count() == 0
 
 
+def test_may_split_gpus_is_stored_and_returned_and_a_bad_one_refused(owner, node):
+    kept = owner.client.post(URL, PY, format="json").json()
+    split = owner.client.post(URL, {**PY, "may_split_gpus": True}, format="json").json()
+    assert (kept["may_split_gpus"], split["may_split_gpus"]) == (False, True)
+    assert Action.objects.get(pk=split["id"]).may_split_gpus
+    response = owner.client.post(URL, {**PY, "may_split_gpus": "sometimes"}, format="json")
+    assert response.status_code == 400
+    assert "may_split_gpus" in response.json()["errors"], response.json()
+    assert Action.objects.count() == 2
+
+
 def test_a_bad_batch_field_in_a_list_names_the_item(owner, node):
     specs = [{**PY, "batch_key": "rm", "batch_limit": 8}, {**PY, "batch_limit": 8}]
     response = owner.client.post(URL, specs, format="json")

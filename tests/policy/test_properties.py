@@ -74,6 +74,7 @@ def _check_decision(snapshot: Snapshot, name: str) -> None:
                 len(placement.gpus) > 1
                 and name.startswith("tangram")
                 and name != "tangram-no-topology"
+                and not action.may_split_gpus
             ):
                 groups = [set(g) for g in node.gpu_groups]
                 if len(placement.gpus) <= max(len(g) for g in groups):

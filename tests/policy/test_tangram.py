@@ -878,6 +878,38 @@ def test_an_action_that_may_grow_starts_in_the_gpu_group_with_most_free() -> Non
         assert [(p.units, p.gpus[0] in groups[0]) for p in both.placements] == [(1, True)]
 
 
+def test_an_action_that_may_split_its_gpus_takes_and_grows_into_any_group() -> None:
+    """Tensor-parallel work keeps to one NVLink group; work that says it runs as
+    well across groups (``may_split_gpus``) does not wait for one. With one GPU
+    free in each group a 2-GPU call waits unless it may split. With 2 and 3 free,
+    a job elastic to 4 GPUs grows to the 3 of one group, or to 4 when it may split."""
+    groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
+    node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)
+    held = [
+        RunningAction("r1", "t", "train", "g", {"gpu": 3.0}, 0.0, gpus=("g0", "g1", "g2")),
+        RunningAction("r2", "t", "train", "g", {"gpu": 3.0}, 0.0, gpus=("g4", "g5", "g6")),
+    ]
+    pair = _action("pair", type="train", demand={"gpu": 2.0})
+    elastic = Elasticity(min_units=1, max_units=4, parallel_fraction=0.95, unit_kind="gpu")
+    job = _action("job", type="train", demand={"gpu": 1.0}, elasticity=elastic)
+    stats = {("t", "train"): DurationStat(5, 300.0)}
+    two_and_three = [
+        RunningAction("r1", "t", "train", "g", {"gpu": 2.0}, 0.0, gpus=("g0", "g1")),
+        RunningAction("r2", "t", "train", "g", {"gpu": 1.0}, 0.0, gpus=("g4",)),
+    ]
+    decide = get_policy("tangram").decide
+    for view in (lambda s: s, partial_view):
+        assert decide(view(_snapshot([node], [pair], held))).placements == ()
+        split = replace(pair, may_split_gpus=True)
+        (placed,) = decide(view(_snapshot([node], [split], held))).placements
+        assert sorted(placed.gpus) == ["g3", "g7"]
+        (kept,) = decide(view(_snapshot([node], [job], two_and_three, stats=stats))).placements
+        assert kept.units == 3 and sorted(kept.gpus) == ["g5", "g6", "g7"]
+        spread = replace(job, may_split_gpus=True)
+        (grown,) = decide(view(_snapshot([node], [spread], two_and_three, stats=stats))).placements
+        assert grown.units == 4 and {g in groups[0] for g in grown.gpus} == {True, False}
+
+
 def test_fifo_hands_out_free_gpu_ids_in_order() -> None:
     groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
     node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)

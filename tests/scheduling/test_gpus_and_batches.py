@@ -88,6 +88,23 @@ def test_an_action_larger_than_every_group_spans_groups_and_a_smaller_one_waits_
     assert sorted(three.gpus) == ["1", "3", "5"]
 
 
+def test_an_action_that_may_split_its_gpus_takes_one_of_each_group():
+    """One GPU free in each group: a 2-GPU action waits for a group, unless its
+    client said it runs as well across groups (``may_split_gpus``)."""
+    groups = [["0", "1"], ["2", "3"]]
+    node = gpu_node(groups)
+    gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["0"])
+    gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["2"])
+    pair = gpu_action(2, priority=1)
+    schedule_round()
+    pair.refresh_from_db()
+    assert pair.state == "queued"
+    Action.objects.filter(pk=pair.pk).update(may_split_gpus=True)
+    schedule_round()
+    pair.refresh_from_db()
+    assert (pair.state, sorted(pair.gpus)) == ("assigned", ["1", "3"])
+
+
 def test_a_running_actions_gpus_are_not_handed_out_until_it_finishes():
     groups = [["0", "1", "2", "3"]]
     gpu_node(groups)

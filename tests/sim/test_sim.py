@@ -19,7 +19,7 @@ from tangram_policy.estimate import trajectory_stat
 from tangram_policy.types import Decision, Placement, Snapshot, TrajectoryStat, TypeLoad
 from tangram_sim.sim import PolicyError, Simulation, simulate
 from tangram_sim.trace import read_trace, replay, write_trace
-from tangram_sim.workload import Workload, load_workload, workload_from_dict
+from tangram_sim.workload import Workload, WorkloadError, load_workload, workload_from_dict
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "fixtures" / "workloads"
 
@@ -797,6 +797,32 @@ def test_gpus_split_across_interconnect_groups_run_slower() -> None:
     assert simulate(workload, _Placer(("g-0:gpu0", "g-0:gpu1"))).acts == [4.0]
     assert simulate(workload, _Placer(("g-0:gpu1", "g-0:gpu2"))).acts == [10.0]
     assert simulate(workload, "tangram").acts == [4.0]  # one pair, as topology asks
+
+
+def test_a_type_said_to_split_its_gpus_is_told_to_the_policy_and_still_pays_the_split() -> None:
+    """``may_split_gpus`` is what the clients tell the policy; ``split_gpus_slowdown``
+    is what a split costs, told or not."""
+    dp = {
+        "type": "dp",
+        "executor": "rm",
+        "demand": {"gpu": 2},
+        "duration_s": 4,
+        "split_gpus_slowdown": 1.5,
+        "may_split_gpus": True,
+    }
+    workload = workload_from_dict(_gpu_pairs(trajectories=1, turns=1, think_s=0, actions=[dp]))
+    assert workload.action_types()["r.dp"].may_split_gpus
+    seen: list[bool] = []
+
+    class Split(_Placer):
+        def decide(self, snapshot: Snapshot) -> Decision:
+            seen.extend(action.may_split_gpus for action in snapshot.pending)
+            return super().decide(snapshot)
+
+    assert simulate(workload, Split(("g-0:gpu1", "g-0:gpu2"))).acts == [6.0]
+    assert seen == [True]
+    with pytest.raises(WorkloadError, match="may_split_gpus"):
+        workload_from_dict(_gpu_pairs(trajectories=1, actions=[{**dp, "may_split_gpus": "yes"}]))
 
 
 def test_a_policy_that_names_a_gpu_already_held_is_refused() -> None:
