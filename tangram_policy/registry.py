@@ -44,6 +44,13 @@ POLICIES: dict[str, Callable[[], Policy]] = {
 }
 
 
+def keeps_gpu_groups(name: str) -> bool:
+    """Whether policy ``name`` keeps a multi-GPU action inside one NVLink group
+    (unless the action says it may split): what an operator is told a queued one waits for."""
+    policy = get_policy(name)
+    return isinstance(policy, TangramPolicy) and policy.config.topology
+
+
 def get_policy(name: str) -> Policy:
     try:
         return POLICIES[name]()

@@ -20,6 +20,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, F, Max, TextField, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
@@ -39,6 +40,7 @@ from apps.tenants.models import Quota
 from tangram_agent.protocol import RESIZE_PROTOCOL, SHRINK_PROTOCOL
 from tangram_policy.estimate import decayed_mean, speedup, trajectory_stat
 from tangram_policy.pool import gpu_group_size, primary_kind
+from tangram_policy.registry import keeps_gpu_groups
 from tangram_policy.types import (
     EPSILON,
     RESIZABLE_KINDS,
@@ -549,7 +551,9 @@ def waiting_reasons(
     if not queued:
         return {}
     nodes = list(
-        Node.objects.filter(state=Node.State.ONLINE).values_list("id", "capacity", "executors")
+        Node.objects.filter(state=Node.State.ONLINE).values_list(
+            "id", "capacity", "executors", "gpu_groups"
+        )
     )
     if placed is None:
         placed = placed_usage()
@@ -564,16 +568,32 @@ def waiting_reasons(
     }
 
 
+def _split_only(count: int, node_ids: list[Any], groups: dict[Any, list[list[str]]]) -> bool:
+    """Whether every one of ``node_ids`` (nodes with room for ``count`` GPUs) has
+    them free only across its NVLink ``groups``, ``count`` fitting some group."""
+    if not node_ids:
+        return False
+    held = placed_gpus(node_ids=node_ids)
+    for node_id in node_ids:
+        node_groups = groups.get(node_id)
+        if not node_groups or count > max(len(group) for group in node_groups):
+            return False  # no groups known, or larger than any: it need not wait for one
+        taken = held.get(node_id, set())
+        if any(sum(gpu not in taken for gpu in group) >= count for group in node_groups):
+            return False
+    return True
+
+
 def _waiting_reason(
     action: Action,
-    nodes: list[tuple[Any, dict[str, float], list[str]]],
+    nodes: list[tuple[Any, dict[str, float], list[str], list[list[str]]]],
     placed: PlacedUsage,
     limits: dict[str, float],
 ) -> str:
     demand = {kind: float(amount) for kind, amount in action.demand.items() if float(amount) > 0}
     asked = ", ".join(f"{amount:g} {kind}" for kind, amount in sorted(demand.items()))
     offering = [
-        (node_id, capacity) for node_id, capacity, executors in nodes if action.type in executors
+        (node_id, capacity) for node_id, capacity, executors, _ in nodes if action.type in executors
     ]
     if not offering:
         return f"no online node runs {action.type}"
@@ -593,6 +613,21 @@ def _waiting_reason(
             f"no room now: none of the {len(offering)} online node(s) running {action.type} "
             f"has {asked} free; it starts as placed actions finish"
         )
+    count = int(demand.get("gpu", 0.0))
+    if count > 1 and not action.may_split_gpus and keeps_gpu_groups(settings.TANGRAM_POLICY):
+        groups = {node_id: node_groups for node_id, _, _, node_groups in nodes if node_groups}
+        roomy = [
+            node_id
+            for node_id, capacity in offering
+            if _fits(demand, placed.free_on(node_id, capacity))
+        ]
+        if _split_only(count, roomy, groups):
+            return (
+                f"no NVLink group has {count} GPUs free: the node(s) with {asked} free have "
+                "them only across groups, and it keeps to one group; it starts as a group's "
+                "GPUs free up (an action that runs as well across groups may say so: "
+                "may_split_gpus)"
+            )
     return (
         "room is free now: the next scheduling round places it, unless actions ahead of it "
         "(shorter expected work, higher priority, waiting longer) or room kept for another "

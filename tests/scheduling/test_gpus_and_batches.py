@@ -10,7 +10,7 @@ from django.utils import timezone
 from apps.actions.models import Action, ActionBatchStat, ActionDurationStat
 from apps.inventory.models import Node
 from apps.inventory.services import assignment_of, nodes_reap_lost
-from apps.scheduling.selectors import scheduling_snapshot
+from apps.scheduling.selectors import scheduling_snapshot, waiting_reasons
 from apps.scheduling.services import schedule_round
 from tests.factories import ActionFactory, NodeFactory, TenantFactory
 
@@ -88,9 +88,9 @@ def test_an_action_larger_than_every_group_spans_groups_and_a_smaller_one_waits_
     assert sorted(three.gpus) == ["1", "3", "5"]
 
 
-def test_an_action_that_may_split_its_gpus_takes_one_of_each_group():
-    """One GPU free in each group: a 2-GPU action waits for a group, unless its
-    client said it runs as well across groups (``may_split_gpus``)."""
+def test_an_action_that_may_split_its_gpus_takes_one_of_each_group(settings):
+    """One GPU free in each group: a 2-GPU action waits for a group, and says so,
+    unless its client said it runs as well across groups (``may_split_gpus``)."""
     groups = [["0", "1"], ["2", "3"]]
     node = gpu_node(groups)
     gpu_action(1, state="running", node=node, allocation={"gpu": 1}, gpus=["0"])
@@ -99,7 +99,16 @@ def test_an_action_that_may_split_its_gpus_takes_one_of_each_group():
     schedule_round()
     pair.refresh_from_db()
     assert pair.state == "queued"
+    assert waiting_reasons(actions=[pair])[pair.id].startswith(
+        "no NVLink group has 2 GPUs free: the node(s) with 1 cpu, 2 gpu, 16 memory free have "
+        "them only across groups"
+    )
+    settings.TANGRAM_POLICY = "fifo"  # which takes the first free ids, whatever their group
+    assert waiting_reasons(actions=[pair])[pair.id].startswith("room is free now")
+    settings.TANGRAM_POLICY = "tangram"
     Action.objects.filter(pk=pair.pk).update(may_split_gpus=True)
+    pair.refresh_from_db()
+    assert waiting_reasons(actions=[pair])[pair.id].startswith("room is free now")
     schedule_round()
     pair.refresh_from_db()
     assert (pair.state, sorted(pair.gpus)) == ("assigned", ["1", "3"])
