@@ -365,7 +365,7 @@ def parse_seeds(parser: argparse.ArgumentParser, text: str) -> list[int]:
 
 
 def add_hint_flags(parser: argparse.ArgumentParser) -> None:
-    """``--hints CV`` and ``--remaining-hints CV``, read back by ``hinted``."""
+    """``--hints CV`` and ``--remaining-hints CV``, read back by ``hint_cvs``."""
     parser.add_argument(
         "--hints", type=float, metavar="CV", help="clients hint run times to within this cv"
     )

@@ -562,18 +562,34 @@ def waiting_reasons(
         tenant_id__in={action.tenant_id for action in queued}
     ).values_list("tenant_id", "resource", "limit"):
         limits.setdefault(tenant_id, {})[resource] = limit
+    # The nodes' NVLink groups and the GPU ids held there, read only where the
+    # policy keeps an action to one group and some queued one asks for several.
+    groups: dict[Any, list[list[str]]] = {}
+    if keeps_gpu_groups(settings.TANGRAM_POLICY) and any(map(_keeps_to_a_group, queued)):
+        groups = {node_id: node_groups for node_id, _, _, node_groups in nodes if node_groups}
+    gpus_held = placed_gpus(node_ids=list(groups)) if groups else {}
     return {
-        action.id: _waiting_reason(action, nodes, placed, limits.get(action.tenant_id, {}))
+        action.id: _waiting_reason(
+            action, nodes, placed, limits.get(action.tenant_id, {}), groups, gpus_held
+        )
         for action in queued
     }
 
 
-def _split_only(count: int, node_ids: list[Any], groups: dict[Any, list[list[str]]]) -> bool:
+def _keeps_to_a_group(action: Action) -> bool:
+    return float(action.demand.get("gpu", 0)) > 1 and not action.may_split_gpus
+
+
+def _split_only(
+    count: int,
+    node_ids: list[Any],
+    groups: dict[Any, list[list[str]]],
+    held: dict[Any, set[str]],
+) -> bool:
     """Whether every one of ``node_ids`` (nodes with room for ``count`` GPUs) has
     them free only across its NVLink ``groups``, ``count`` fitting some group."""
     if not node_ids:
         return False
-    held = placed_gpus(node_ids=node_ids)
     for node_id in node_ids:
         node_groups = groups.get(node_id)
         if not node_groups or count > max(len(group) for group in node_groups):
@@ -589,6 +605,8 @@ def _waiting_reason(
     nodes: list[tuple[Any, dict[str, float], list[str], list[list[str]]]],
     placed: PlacedUsage,
     limits: dict[str, float],
+    groups: dict[Any, list[list[str]]],
+    gpus_held: dict[Any, set[str]],
 ) -> str:
     demand = {kind: float(amount) for kind, amount in action.demand.items() if float(amount) > 0}
     asked = ", ".join(f"{amount:g} {kind}" for kind, amount in sorted(demand.items()))
@@ -613,15 +631,14 @@ def _waiting_reason(
             f"no room now: none of the {len(offering)} online node(s) running {action.type} "
             f"has {asked} free; it starts as placed actions finish"
         )
-    count = int(demand.get("gpu", 0.0))
-    if count > 1 and not action.may_split_gpus and keeps_gpu_groups(settings.TANGRAM_POLICY):
-        groups = {node_id: node_groups for node_id, _, _, node_groups in nodes if node_groups}
+    if groups and _keeps_to_a_group(action):
+        count = int(demand["gpu"])
         roomy = [
             node_id
             for node_id, capacity in offering
             if _fits(demand, placed.free_on(node_id, capacity))
         ]
-        if _split_only(count, roomy, groups):
+        if _split_only(count, roomy, groups, gpus_held):
             return (
                 f"no NVLink group has {count} GPUs free: the node(s) with {asked} free have "
                 "them only across groups, and it keeps to one group; it starts as a group's "
