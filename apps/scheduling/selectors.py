@@ -542,7 +542,8 @@ def waiting_reasons(
     *, actions: Sequence[Action], placed: PlacedUsage | None = None
 ) -> dict[Any, str]:
     """Why each queued one of ``actions`` is not placed yet, checked as an operator would:
-    a node that runs its type, one large enough, its tenant's limit, room now.
+    a node that runs its type, one large enough, its tenant's limit, room now,
+    room inside one NVLink group where the policy keeps it to one.
 
     What the policy alone knows (actions ahead of it, a guarantee it must leave
     free) is named as such, not guessed.
@@ -577,6 +578,7 @@ def waiting_reasons(
 
 
 def _keeps_to_a_group(action: Action) -> bool:
+    """Whether a policy that keeps to NVLink groups keeps ``action`` to one."""
     return float(action.demand.get("gpu", 0)) > 1 and not action.may_split_gpus
 
 
