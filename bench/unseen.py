@@ -21,11 +21,13 @@ summary counts how often tangram beats ``fifo`` and ``partitioned``. ``--keep
 DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
 
 ``--split-slowdown`` also draws what a split over NVLink groups costs each
-multi-GPU type (1x otherwise), apart from the rest of the draw. ``--hints CV``
-and ``--remaining-hints CV`` have the clients hint run times, and what each
-trajectory still runs, as ``bench.policy``'s flags do, and ``--round-interval
-S`` has every policy decide at most once per S seconds, as ``bench.pools``'s
-does (the YAML kept is the draw, without these three).
+multi-GPU type (1x otherwise), apart from the rest of the draw; with
+``--declare-splits MAX`` the types whose factor is at most MAX declare
+``may_split_gpus``. ``--hints CV`` and ``--remaining-hints CV`` have the
+clients hint run times, and what each trajectory still runs, as
+``bench.policy``'s flags do, and ``--round-interval S`` has every policy
+decide at most once per S seconds, as ``bench.pools``'s does (the YAML kept
+is the draw, without these three).
 
 ``--require`` and ``--min-tenants`` sweep one family of draws: every
 workload is still drawn, so names and contents match the same seed's
@@ -394,6 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         help="LOW,HIGH: also draw, for each type that may run on more than one GPU, "
         "its run time's factor when its GPUs span NVLink groups (default: none, 1x)",
     )
+    parser.add_argument(
+        "--declare-splits",
+        type=float,
+        default=0.0,
+        metavar="MAX",
+        help="with --split-slowdown: each type whose factor is at most MAX says its GPUs "
+        "may span groups (may_split_gpus)",
+    )
     add_hint_flags(parser)
     add_round_interval_flag(parser)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -414,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     slowdown = None
     if args.split_slowdown:
         slowdown = _range(parser, "--split-slowdown", args.split_slowdown, 1, strict=False)
+    elif args.declare_splits:
+        parser.error("--declare-splits: needs --split-slowdown, whose factors it reads")
     rng = random.Random(args.seed)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -427,7 +439,9 @@ def main(argv: list[str] | None = None) -> int:
             }:
                 continue
             if slowdown is not None:
-                draw_split_slowdowns(raw, random.Random(f"split:{raw['name']}"), slowdown)
+                draw_split_slowdowns(
+                    raw, random.Random(f"split:{raw['name']}"), slowdown, args.declare_splits
+                )
             if args.keep is not None:
                 path = args.keep / f"{raw['name']}.yaml"
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -445,9 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def draw_split_slowdowns(raw: Raw, rng: random.Random, between: tuple[float, float]) -> None:
+def draw_split_slowdowns(
+    raw: Raw, rng: random.Random, between: tuple[float, float], declared_up_to: float = 0.0
+) -> None:
     """Give each type of ``raw`` that may hold more than one GPU a ``split_gpus_slowdown``
-    drawn in ``between``.
+    drawn in ``between``, and ``may_split_gpus`` where it is at most ``declared_up_to``
+    (clients who know their work loses that little across groups say so).
 
     Off by default: ``draw_workload`` leaves it at 1, so a split costs nothing
     and the draws could show only what keeping to one NVLink group costs.
@@ -461,7 +478,9 @@ def draw_split_slowdowns(raw: Raw, rng: random.Random, between: tuple[float, flo
             if elasticity.get("unit_kind") == "gpu":  # the demand is at min_units
                 gpus = gpus * elasticity["max_units"] / elasticity["min_units"]
             if gpus > 1:
-                call["split_gpus_slowdown"] = round(rng.uniform(*between), 2)
+                factor = call["split_gpus_slowdown"] = round(rng.uniform(*between), 2)
+                if factor <= declared_up_to:
+                    call["may_split_gpus"] = True
 
 
 def _range(

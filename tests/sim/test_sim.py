@@ -1191,6 +1191,7 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
         ("--hints", "-0.1"),
         ("--remaining-hints", "-1"),
         ("--round-interval", "-1"),
+        ("--declare-splits", "1.5"),
     ):
         with pytest.raises(SystemExit) as exited:
             main([flag, bad])
@@ -1199,21 +1200,25 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
 
 def test_unseen_split_slowdowns_go_only_to_multi_gpu_types_and_change_nothing_else() -> None:
     """``--split-slowdown`` draws from a stream of its own: without its factors a
-    workload is the plain draw, and only a type that may hold two GPUs or more gets one."""
+    workload is the plain draw, and only a type that may hold two GPUs or more gets one,
+    declaring ``may_split_gpus`` where its factor is at most ``--declare-splits``."""
     import copy
     import random
 
     from bench.unseen import draw_split_slowdowns, draw_workload
 
-    given = 0
+    given = declared_count = 0
     for seed in range(80):
         raw = draw_workload(random.Random(seed), f"u{seed}")
         slowed = copy.deepcopy(raw)
-        draw_split_slowdowns(slowed, random.Random(f"split:u{seed}"), (1.2, 2.0))
+        draw_split_slowdowns(slowed, random.Random(f"split:u{seed}"), (1.2, 2.0), 1.6)
         workload_from_dict(copy.deepcopy(slowed))
         for task in slowed["tasks"]:
             for call in [*task.get("actions", ()), *([task["reward"]] if "reward" in task else ())]:
                 factor = call.pop("split_gpus_slowdown", None)
+                declared = call.pop("may_split_gpus", False)
+                assert declared == (factor is not None and factor <= 1.6), call
+                declared_count += declared
                 elasticity = call.get("elasticity", {})
                 most = call["demand"].get("gpu", 0)
                 if elasticity.get("unit_kind") == "gpu":
@@ -1224,6 +1229,7 @@ def test_unseen_split_slowdowns_go_only_to_multi_gpu_types_and_change_nothing_el
                     given += 1
         assert slowed == raw
     assert given > 5  # the seeds draw multi-GPU judges and jobs
+    assert 0 < declared_count < given
 
 
 def test_the_unseen_bench_judges_only_the_family_it_is_asked_for(
