@@ -766,11 +766,11 @@ class Pool:
         return max(len(held) - node.warm_slots, 0)
 
     def pick_gpus(
-        self, node_id: str, count: int, roomiest: bool = False, split: bool = False
+        self, node_id: str, count: int, roomiest: bool = False, split_gpus: bool = False
     ) -> tuple[str, ...] | None:
         """``count`` free GPU ids, inside one group when topology counts: the best-fit
         group, or with ``roomiest`` (an action that may grow) the one with the most free.
-        With ``split`` (an action that runs as well across groups) they may come
+        With ``split_gpus`` (an action that runs as well across groups) they may come
         from several, the fullest first, as without topology.
 
         An action grows only inside the group of its first GPU (``_Round.expand``),
@@ -780,7 +780,7 @@ class Pool:
         group it can never fit in.
         """
         groups = self.gpu_free[node_id]
-        topology = self.topology and not split
+        topology = self.topology and not split_gpus
         if count > 1 and topology and count > largest_gpu_group(self.nodes[node_id]):
             spanning: list[str] = []
             for group in sorted(groups, key=len, reverse=True):
@@ -795,7 +795,7 @@ class Pool:
                     (group for group in groups if group), key=len, default=None
                 )  # a GPU from the fullest group keeps whole groups free
                 return (best[0],) if best else None
-            ordered = sorted(groups, key=len) if split and self.topology else groups
+            ordered = sorted(groups, key=len) if split_gpus and self.topology else groups
             candidates = [g for group in ordered for g in group]
             return tuple(candidates[:count]) if len(candidates) >= count else None
         fitting = [group for group in groups if len(group) >= count]
