@@ -23,7 +23,10 @@ DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
 ``--split-slowdown`` also draws what a split over NVLink groups costs each
 multi-GPU type (1x otherwise), apart from the rest of the draw; with
 ``--declare-splits MAX`` the types whose factor is at most MAX declare
-``may_split_gpus``. ``--hints CV`` and ``--remaining-hints CV`` have the
+``may_split_gpus``. ``--shrink-gpus LOW,HIGH`` has each offline job elastic
+in GPUs say its runs can give GPUs back while they run
+(``may_shrink_gpus``), each time pausing for seconds drawn in LOW..HIGH
+(``shrink_gpus_s``), also apart from the rest of the draw. ``--hints CV`` and ``--remaining-hints CV`` have the
 clients hint run times, and what each trajectory still runs, as
 ``bench.policy``'s flags do, and ``--round-interval S`` has every policy
 decide at most once per S seconds, as ``bench.pools``'s does (the YAML kept
@@ -404,6 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --split-slowdown: each type whose factor is at most MAX says its GPUs "
         "may span groups (may_split_gpus)",
     )
+    parser.add_argument(
+        "--shrink-gpus",
+        default="",
+        metavar="LOW,HIGH",
+        help="each offline job elastic in GPUs may give GPUs back while it runs "
+        "(may_shrink_gpus), pausing for seconds drawn in LOW..HIGH each time",
+    )
     add_hint_flags(parser)
     add_round_interval_flag(parser)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -426,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
         slowdown = _range(parser, "--split-slowdown", args.split_slowdown, 1, strict=False)
     elif args.declare_splits:
         parser.error("--declare-splits: needs --split-slowdown, whose factors it reads")
+    pause = None
+    if args.shrink_gpus:
+        pause = _range(parser, "--shrink-gpus", args.shrink_gpus, 0, strict=False)
     rng = random.Random(args.seed)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -442,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
                 draw_split_slowdowns(
                     raw, random.Random(f"split:{raw['name']}"), slowdown, args.declare_splits
                 )
+            if pause is not None:
+                draw_gpu_shrinks(raw, random.Random(f"shrink:{raw['name']}"), pause)
             if args.keep is not None:
                 path = args.keep / f"{raw['name']}.yaml"
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -481,6 +496,19 @@ def draw_split_slowdowns(
                 factor = call["split_gpus_slowdown"] = round(rng.uniform(*between), 2)
                 if factor <= declared_up_to:
                     call["may_split_gpus"] = True
+
+
+def draw_gpu_shrinks(raw: Raw, rng: random.Random, pause: tuple[float, float]) -> None:
+    """Have each offline job of ``raw`` elastic in GPUs declare ``may_shrink_gpus``,
+    pausing ``shrink_gpus_s`` drawn in ``pause`` from ``rng`` (apart from the draw's
+    own stream, as ``draw_split_slowdowns``). Judges' calls do not: a model's
+    forward pass cannot give a GPU back halfway."""
+    for task in raw["tasks"]:
+        for call in _calls(task):
+            elasticity = call.get("elasticity", {})
+            if call["type"] == "job" and elasticity.get("unit_kind") == "gpu":
+                call["may_shrink_gpus"] = True
+                call["shrink_gpus_s"] = round(rng.uniform(*pause), 1)
 
 
 def _range(

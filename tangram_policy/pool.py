@@ -803,6 +803,12 @@ class Pool:
             return None
         return tuple(min(fitting, key=len)[:count])
 
+    def release_gpus(self, node_id: str, gpus: Iterable[tuple[int, str]]) -> None:
+        """Put GPU ids, each with its group's position, back among the node's free ones."""
+        groups = self.gpu_free[node_id]
+        for position, gpu in gpus:
+            insort(groups[position], gpu)
+
     def free_in_group_of(self, node_id: str, gpu: str) -> list[str]:
         """Free GPU ids in the interconnect group that holds ``gpu``."""
         groups = self.gpu_free.get(node_id)

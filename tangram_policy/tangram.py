@@ -717,7 +717,10 @@ class TangramPolicy:
             config.elastic
             and config.growing
             and config.shrinking
-            and any(held.elasticity.max_units > held.units for held in snapshot.resizable)
+            and any(
+                held.elasticity.max_units > held.units and not held.gpus
+                for held in snapshot.resizable
+            )
         )
 
     def _growable(self, snapshot: Snapshot, round_: _Round) -> list[tuple[Resizable, float]]:
@@ -1317,12 +1320,15 @@ class _Round:
         it takes to end within capacity are taken back, from the actions holding
         the most extra units first, and as many more as keep a tenant that
         placed more within its limit (its placements elsewhere may have used
-        its lent quota). The rest is charged again.
+        its lent quota). The rest is charged again. GPUs (``Resizable.gpus``)
+        are lent by id: each action keeps the lent ones nothing took.
         """
         pool = self.pool
         lent: dict[tuple[str, str], list[Resizable]] = {}
         for held in resizable:
             if held.units > held.min_units and held.node in pool.free and held.unit > 0:
+                if held.gpus and not (held.unit == 1 and held.node in pool.gpu_free):
+                    continue  # GPUs come back by id, one a unit
                 lent.setdefault((held.node, held.unit_kind), []).append(held)
         lent_kinds = {kind for _, kind in lent}
         lenders = {(h.tenant, h.unit_kind) for held_there in lent.values() for h in held_there}
@@ -1351,6 +1357,9 @@ class _Round:
         for (node_id, kind), held_there in lent.items():
             for held in held_there:
                 pool.charge(held.tenant, node_id, pool.plan({kind: -held.extra}))
+                if held.gpus:
+                    lent_ids = zip(held.gpu_groups[held.min_units :], held.gpus[held.min_units :])
+                    pool.release_gpus(node_id, lent_ids)
                 extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + held.extra
             after[(node_id, kind)] = pool.free[node_id].get(kind, 0.0)
         lent_usage = {
@@ -1375,13 +1384,21 @@ class _Round:
             if pool.usage.get(key[0], _NO_USAGE).get(key[1], 0.0) > usage + EPSILON
         }
         for (node_id, kind), held_there in lent.items():
+            units = {held.action_id: held.units for held in held_there}
+            #: Of GPUs, lent by id: the lent ones each action keeps, those nothing took.
+            kept_gpus: dict[str, tuple[str, ...]] = {}
+            if kind == "gpu":
+                free_ids = {gpu for group in pool.gpu_free[node_id] for gpu in group}
+                for held in held_there:
+                    ids = tuple(gpu for gpu in held.gpus[held.min_units :] if gpu in free_ids)
+                    kept_gpus[held.action_id] = ids
+                    units[held.action_id] = held.min_units + len(ids)
             # Where this pass placed something, they keep only the room it left
             # (the node ends within its capacity); elsewhere all they held.
             left = pool.free[node_id].get(kind, 0.0)
             taken = 0.0
-            if after[(node_id, kind)] - left > EPSILON:
+            if not kept_gpus and after[(node_id, kind)] - left > EPSILON:
                 taken = extra[(node_id, kind)] - min(extra[(node_id, kind)], max(left, 0.0))
-            units = {held.action_id: held.units for held in held_there}
             while taken > EPSILON:
                 # One unit from the action with the most extra units (then the first listed).
                 held = max(held_there, key=lambda h: units[h.action_id] - h.min_units)
@@ -1397,16 +1414,19 @@ class _Round:
                     fits = held.min_units + int(max(room, 0.0) / held.unit + EPSILON)
                     units[held.action_id] = min(units[held.action_id], fits)
                 kept = units[held.action_id]
+                kept_ids = kept_gpus.get(held.action_id, ())[: kept - held.min_units]
                 if kept > held.min_units:
                     pool.charge(
                         held.tenant,
                         node_id,
                         pool.plan({kind: (kept - held.min_units) * held.unit}),
+                        kept_ids,
                     )
                 if kept < held.units:
                     allocation = dict(held.allocation)
                     allocation[kind] = kept * held.unit
-                    self.resizes.append(Resize(held.action_id, node_id, allocation, kept))
+                    gpus = held.gpus[: held.min_units] + kept_ids if held.gpus else ()
+                    self.resizes.append(Resize(held.action_id, node_id, allocation, kept, gpus))
 
     def serve_guarantees(self, classes: list[_Class]) -> dict[str, list[_Class]]:
         """Place, in key order, every entry within its tenant's guarantee.

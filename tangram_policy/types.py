@@ -85,6 +85,7 @@ class RunningAction:
 
 #: Unit kinds a running action's holding can change while it runs: a cgroup's
 #: CPU quota can be raised or lowered at any time, memory and devices cannot.
+#: The one exception, ``Resizable.gpus``: GPUs a run said it can give back.
 RESIZABLE_KINDS = frozenset({"cpu"})
 
 
@@ -95,6 +96,10 @@ class Resizable:
     It is also in ``Snapshot.running`` (or its tenant's usage): this only says
     what it holds, ``allocation[unit_kind] / units`` per unit, and how far it
     may go: back to ``min_units``, up to ``max_units``.
+
+    An action of one GPU per unit whose run can give GPUs back while it runs
+    (its clients said so: data-parallel shards that checkpoint) is listed too,
+    with ``gpus``: its units may go down, never up.
     """
 
     action_id: str
@@ -108,6 +113,11 @@ class Resizable:
     duration_hint_s: float | None = None
     #: Seconds of its run done so far, counted at its minimum units.
     done_s: float = 0.0
+    #: Of a GPU action that can give GPUs back, the ids it holds (its minimum
+    #: units' first), and the position of each one's group in its node's
+    #: ``gpu_groups``, which list only free ids.
+    gpus: tuple[str, ...] = ()
+    gpu_groups: tuple[int, ...] = ()
 
     @property
     def min_units(self) -> int:
@@ -320,6 +330,8 @@ class Resize:
     #: What the action holds from now on, and its units.
     allocation: Resources
     units: int
+    #: The GPU ids it keeps, when it gives GPUs back (``Resizable.gpus``).
+    gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,8 @@ _ACTION = {
         "priority": {"type": "integer"},
         "split_gpus_slowdown": {"type": "number", "minimum": 1},
         "may_split_gpus": {"type": "boolean"},
+        "may_shrink_gpus": {"type": "boolean"},
+        "shrink_gpus_s": _AT_LEAST_0,
         "hint_cv": _AT_LEAST_0,
         "remaining_hint_cv": _AT_LEAST_0,
     },

@@ -111,6 +111,18 @@ class _Node:
         #: Keys of ``warm`` whose setup has not ended yet.
         self.setting_up: set[str] = set()
 
+    def group_of(self, gpu: str) -> int:
+        """The position of ``gpu``'s interconnect group in ``gpu_groups``."""
+        return next(i for i, group in enumerate(self.gpu_groups) if gpu in group)
+
+    def free_gpus(self, gpus: Iterable[str]) -> None:
+        """Put ``gpus`` back among the free ones, each in its group."""
+        for gpu in gpus:
+            free = self.gpu_free[self.group_of(gpu)]
+            if gpu not in free:
+                free.append(gpu)
+                free.sort()
+
     def splits(self, gpus: tuple[str, ...]) -> bool:
         """Whether ``gpus`` lie in more than one of the node's interconnect groups."""
         if len(gpus) < 2:
@@ -868,12 +880,16 @@ class Simulation:
                 continue
             elasticity = a.type.elasticity
             units = a.units
+            gives_gpus = elasticity.unit_kind not in RESIZABLE_KINDS  # back only, never more
             if not (pending and units > elasticity.min_units):
                 kind = elasticity.unit_kind
-                if units >= elasticity.max_units or (
-                    node.free.get(kind, 0.0) + EPSILON < a.allocation[kind] / units
+                if (
+                    gives_gpus
+                    or units >= elasticity.max_units
+                    or node.free.get(kind, 0.0) + EPSILON < a.allocation[kind] / units
                 ):
                     continue
+            gpus = a.gpus if gives_gpus else ()
             out.append(
                 Resizable(
                     a.id,
@@ -884,6 +900,8 @@ class Simulation:
                     elasticity,
                     a.type.id,
                     done_s=a.base_s * (1.0 - self._left(a)),
+                    gpus=gpus,
+                    gpu_groups=tuple(node.group_of(gpu) for gpu in gpus),
                 )
             )
         return tuple(out)
@@ -1051,7 +1069,10 @@ class Simulation:
                     len(members) == 1
                     and pending is not None
                     and pending.elasticity.max_units > pending.elasticity.min_units
-                    and pending.elasticity.unit_kind in RESIZABLE_KINDS
+                    and (
+                        pending.elasticity.unit_kind in RESIZABLE_KINDS
+                        or (action.type.may_shrink_gpus and len(action.gpus) == action.units)
+                    )
                 ):
                     self._resizable[action.id] = action
 
@@ -1072,12 +1093,21 @@ class Simulation:
         kind = elasticity.unit_kind
         unit = action.allocation[kind] / action.units
         expected = {**action.allocation, kind: unit * resize.units}
+        gives_gpus = kind not in RESIZABLE_KINDS
         if (
             resize.node_id != action.node.id
             or not elasticity.min_units <= resize.units <= elasticity.max_units
             or resize.units == action.units
             or set(resize.allocation) != set(expected)
             or any(abs(resize.allocation[k] - v) > 1e-6 for k, v in expected.items())
+            or (
+                gives_gpus
+                and (
+                    resize.units > action.units
+                    or len(set(resize.gpus)) != resize.units
+                    or not set(resize.gpus) <= set(action.gpus)
+                )
+            )
         ):
             raise PolicyError(
                 f"{self.policy_name}: resizes {action.id} to {resize.units} units "
@@ -1104,6 +1134,12 @@ class Simulation:
         action.run_from = max(now, action.run_from)
         action.units = resize.units
         action.run_s = action.base_s / speedup(elasticity, resize.units)
+        if gives_gpus:
+            node.free_gpus(gpu for gpu in action.gpus if gpu not in resize.gpus)
+            action.gpus = resize.gpus
+            if node.splits(action.gpus):
+                action.run_s *= action.type.split_gpus_slowdown
+            action.run_from += action.type.shrink_gpus_s  # it checkpoints and re-forms
         action.finish_at = action.run_from + action.left * action.run_s
         self._push(action.finish_at, _FINISH, action)
         node.view = None
@@ -1153,11 +1189,7 @@ class Simulation:
                 self._held(action.tenant, kind, before)
             self.busy[kind] = self.busy.get(kind, 0.0) + amount * held_s
         if action.gpus:
-            for gpu in action.gpus:
-                for position, group in enumerate(node.gpu_groups):
-                    if gpu in group and gpu not in node.gpu_free[position]:
-                        node.gpu_free[position].append(gpu)
-                        node.gpu_free[position].sort()
+            node.free_gpus(action.gpus)
         action.allocation = {}
         node.view = None
         self._room.add(node.id)

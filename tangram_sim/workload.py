@@ -84,6 +84,11 @@ class ActionType:
     #: Its clients say its GPUs need not share a group (``PendingAction.may_split_gpus``):
     #: what the policy is told, where ``split_gpus_slowdown`` is what a split costs.
     may_split_gpus: bool = False
+    #: Its runs can give GPUs above their minimum back while they run
+    #: (data-parallel shards that checkpoint): the policy may take them back
+    #: for actions that wait, and each time the run pauses ``shrink_gpus_s``.
+    may_shrink_gpus: bool = False
+    shrink_gpus_s: float = 0.0
     #: Clients hint each action's run time at min units, off by a lognormal
     #: factor with mean 1 and this coefficient of variation (0: exact); None: no hint.
     hint_cv: float | None = None
@@ -241,6 +246,8 @@ def _action(task: str, raw: dict[str, Any], default_binding: str) -> ActionType:
         priority=int(raw.get("priority", 0)),
         split_gpus_slowdown=float(raw.get("split_gpus_slowdown", 1.0)),
         may_split_gpus=bool(raw.get("may_split_gpus", False)),
+        may_shrink_gpus=bool(raw.get("may_shrink_gpus", False)),
+        shrink_gpus_s=float(raw.get("shrink_gpus_s", 0.0)),
         hint_cv=float(raw["hint_cv"]) if "hint_cv" in raw else None,
         remaining_hint_cv=float(raw["remaining_hint_cv"]) if "remaining_hint_cv" in raw else None,
     )
@@ -339,6 +346,13 @@ def _validate(
             elasticity = action.elasticity
             if elasticity.max_units < elasticity.min_units:
                 raise WorkloadError(f"{at}.elasticity.max_units: below min_units")
+            if action.may_shrink_gpus and not (
+                elasticity.unit_kind == "gpu" and action.demand.get("gpu") == elasticity.min_units
+            ):
+                raise WorkloadError(
+                    f"{at}.may_shrink_gpus: only for one GPU a unit (elasticity unit_kind "
+                    "gpu, demand gpu equal to min_units)"
+                )
         if not task.actions and task.reward is None:
             raise WorkloadError(f"{where}: has neither actions nor a reward")
         if task.reward is None and task.turns.expected() <= 0:

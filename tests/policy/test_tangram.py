@@ -964,6 +964,41 @@ def test_a_grown_elastic_action_gives_back_only_the_units_waiting_actions_take()
     assert not get_policy("tangram").decide(idle).resizes
 
 
+def test_gpus_a_running_action_can_give_back_come_back_by_id_for_calls_that_wait() -> None:
+    """A sweep grown to a whole NVLink group, whose runs can give GPUs back
+    (``Resizable.gpus``), keeps its first GPU and those the waiting calls leave:
+    the one free GPU goes first, then two of the sweep's, named in the resize."""
+    groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
+    node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"gpu"}), gpu_groups=groups)
+    sweep_gpus = ("g0", "g1", "g2", "g3")
+    allocation = {"gpu": 4.0, "cpu": 4.0}
+    running = [
+        RunningAction("sweep", "t", "gpu", "g", allocation, 0.0, gpus=sweep_gpus),
+        RunningAction("other", "t", "gpu", "g", {"gpu": 3.0}, 0.0, gpus=("g4", "g5", "g6")),
+    ]
+    elastic = Elasticity(min_units=1, max_units=4, parallel_fraction=0.9, unit_kind="gpu")
+    held = Resizable(
+        "sweep", "t", "g", allocation, 4, elastic, "gpu", gpus=sweep_gpus, gpu_groups=(0, 0, 0, 0)
+    )
+    calls = [_action(f"w{i}", type="gpu", demand={"gpu": 1.0}, duration_hint_s=4.0) for i in range(3)]
+    for view in (lambda s: s, partial_view):
+        snapshot = view(replace(_snapshot([node], calls, running), resizable=(held,)))
+        decision = get_policy("tangram").decide(snapshot)
+        assert decision.resizes == (Resize("sweep", "g", {"gpu": 2.0, "cpu": 4.0}, 2, ("g0", "g3")),)
+        assert {p.action_id: p.gpus for p in decision.placements} == {
+            "w0": ("g7",),
+            "w1": ("g1",),
+            "w2": ("g2",),
+        }
+        held_on = get_policy("tangram-no-shrinking").decide(snapshot)
+        assert not held_on.resizes and [p.gpus for p in held_on.placements] == [("g7",)]
+        # One call: the free GPU is enough, and nothing comes back.
+        one = get_policy("tangram").decide(replace(snapshot, pending=(calls[0],)))
+        assert not one.resizes and [p.gpus for p in one.placements] == [("g7",)]
+        # Nothing waits: such a run is never grown either.
+        assert get_policy("tangram").decide(replace(snapshot, pending=())) == Decision()
+
+
 def test_units_come_back_for_the_tenant_whose_quota_they_fill() -> None:
     """Its own elastic action has filled the tenant's limit: the units come back to it."""
     running, held = _grown(4)

@@ -16,7 +16,14 @@ import pytest
 import yaml
 
 from tangram_policy.estimate import trajectory_stat
-from tangram_policy.types import Decision, Placement, Snapshot, TrajectoryStat, TypeLoad
+from tangram_policy.types import (
+    Decision,
+    Placement,
+    Resize,
+    Snapshot,
+    TrajectoryStat,
+    TypeLoad,
+)
 from tangram_sim.sim import PolicyError, Simulation, simulate
 from tangram_sim.trace import read_trace, replay, write_trace
 from tangram_sim.workload import Workload, WorkloadError, load_workload, workload_from_dict
@@ -823,6 +830,67 @@ def test_a_type_said_to_split_its_gpus_is_told_to_the_policy_and_still_pays_the_
     assert seen == [True]
     with pytest.raises(WorkloadError, match="may_split_gpus"):
         workload_from_dict(_gpu_pairs(trajectories=1, actions=[{**dp, "may_split_gpus": "yes"}]))
+
+
+class _GiveBack:
+    """Places the sweep on all four GPUs, then takes ``taken`` back from it for the
+    call; keeps the GPUs each round saw it hold."""
+
+    name = "give-back"
+
+    def __init__(self, taken: str) -> None:
+        self.taken = taken
+        self.seen: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        node = snapshot.nodes[0].id
+        placements = []
+        for a in snapshot.pending:
+            if a.type == "s.sweep":
+                all_four = tuple(f"g-0:gpu{i}" for i in range(4))
+                placements.append(Placement(a.id, node, {"gpu": 4.0}, 4, gpus=all_four))
+            else:
+                placements.append(Placement(a.id, node, dict(a.demand), gpus=(self.taken,)))
+        resizes = []
+        for held in snapshot.resizable:
+            self.seen.append((held.gpus, held.gpu_groups))
+            kept = tuple(gpu for gpu in held.gpus if gpu != self.taken)
+            resizes.append(Resize(held.action_id, node, {"gpu": 3.0}, 3, kept))
+        return Decision(tuple(placements), tuple(resizes))
+
+
+def test_a_run_that_can_give_gpus_back_pauses_and_runs_on_at_what_it_keeps() -> None:
+    """A sweep of 40 GPU-seconds (parallel fraction 1) on all 4 GPUs from t = 0
+    would end at 10; at t = 4 a 2 s call takes gpu3 back. The sweep has 60% of
+    its work left, pauses 1 s (``shrink_gpus_s``) and runs it on 3 GPUs:
+    5 + 0.6 x 40 / 3 = 13. The call starts at once: ACT 2, not 8."""
+    sweep = {
+        "type": "sweep",
+        "executor": "rm",
+        "demand": {"gpu": 1},
+        "duration_s": 40,
+        "elasticity": {"min_units": 1, "max_units": 4, "parallel_fraction": 1.0},
+        "may_shrink_gpus": True,
+        "shrink_gpus_s": 1,
+    }
+    call = {"type": "call", "executor": "rm", "demand": {"gpu": 1}, "duration_s": 2}
+    raw = _gpu_pairs(actions=[sweep], turns=1, think_s=0, trajectories=1)
+    raw["tasks"].append({**raw["tasks"][0], "name": "c", "think_s": 4, "actions": [call]})
+    raw["tasks"][0]["name"] = "s"
+    policy = _GiveBack("g-0:gpu3")
+    result = simulate(workload_from_dict(raw), policy)
+    assert sorted(result.acts) == [2.0, 13.0]
+    assert policy.seen == [(("g-0:gpu0", "g-0:gpu1", "g-0:gpu2", "g-0:gpu3"), (0, 0, 1, 1))]
+    # Only a GPU it holds comes back.
+    with pytest.raises(PolicyError, match="resizes"):
+        simulate(workload_from_dict(raw), _GiveBack("g-0:gpu9"))
+    # Undeclared, the run is never offered: the call waits for the sweep to end.
+    raw["tasks"][0]["actions"] = [{**sweep, "may_shrink_gpus": False}]
+    assert sorted(simulate(workload_from_dict(raw), _GiveBack("g-0:gpu3")).acts) == [8.0, 10.0]
+    # Only of one GPU a unit.
+    raw["tasks"][0]["actions"] = [{**sweep, "demand": {"gpu": 2}}]
+    with pytest.raises(WorkloadError, match="may_shrink_gpus"):
+        workload_from_dict(raw)
 
 
 def test_a_policy_that_names_a_gpu_already_held_is_refused() -> None:
