@@ -26,11 +26,11 @@ multi-GPU type (1x otherwise), apart from the rest of the draw; with
 ``may_split_gpus``. ``--shrink-gpus LOW,HIGH`` has each offline job elastic
 in GPUs say its runs can give GPUs back while they run
 (``may_shrink_gpus``), each time pausing for seconds drawn in LOW..HIGH
-(``shrink_gpus_s``), also apart from the rest of the draw. ``--hints CV`` and ``--remaining-hints CV`` have the
-clients hint run times, and what each trajectory still runs, as
-``bench.policy``'s flags do, and ``--round-interval S`` has every policy
-decide at most once per S seconds, as ``bench.pools``'s does (the YAML kept
-is the draw, without these three).
+(``shrink_gpus_s``), also apart from the rest of the draw. ``--hints CV``
+and ``--remaining-hints CV`` have the clients hint run times, and what each
+trajectory still runs, as ``bench.policy``'s flags do, and
+``--round-interval S`` has every policy decide at most once per S seconds,
+as ``bench.pools``'s does (the YAML kept is the draw, without these three).
 
 ``--require`` and ``--min-tenants`` sweep one family of draws: every
 workload is still drawn, so names and contents match the same seed's

@@ -1358,7 +1358,8 @@ class _Round:
             for held in held_there:
                 pool.charge(held.tenant, node_id, pool.plan({kind: -held.extra}))
                 if held.gpus:
-                    lent_ids = zip(held.gpu_groups[held.min_units :], held.gpus[held.min_units :])
+                    ids = held.gpus[held.min_units :]
+                    lent_ids = zip(held.gpu_groups[held.min_units :], ids, strict=True)
                     pool.release_gpus(node_id, lent_ids)
                 extra[(node_id, kind)] = extra.get((node_id, kind), 0.0) + held.extra
             after[(node_id, kind)] = pool.free[node_id].get(kind, 0.0)

@@ -980,11 +980,13 @@ def test_gpus_a_running_action_can_give_back_come_back_by_id_for_calls_that_wait
     held = Resizable(
         "sweep", "t", "g", allocation, 4, elastic, "gpu", gpus=sweep_gpus, gpu_groups=(0, 0, 0, 0)
     )
-    calls = [_action(f"w{i}", type="gpu", demand={"gpu": 1.0}, duration_hint_s=4.0) for i in range(3)]
+    call = {"type": "gpu", "demand": {"gpu": 1.0}, "duration_hint_s": 4.0}
+    calls = [_action(f"w{i}", **call) for i in range(3)]
     for view in (lambda s: s, partial_view):
         snapshot = view(replace(_snapshot([node], calls, running), resizable=(held,)))
         decision = get_policy("tangram").decide(snapshot)
-        assert decision.resizes == (Resize("sweep", "g", {"gpu": 2.0, "cpu": 4.0}, 2, ("g0", "g3")),)
+        kept = Resize("sweep", "g", {"gpu": 2.0, "cpu": 4.0}, 2, ("g0", "g3"))
+        assert decision.resizes == (kept,)
         assert {p.action_id: p.gpus for p in decision.placements} == {
             "w0": ("g7",),
             "w1": ("g1",),
