@@ -1260,6 +1260,8 @@ def test_the_unseen_bench_judges_each_workload_and_keeps_it(
         ("--remaining-hints", "-1"),
         ("--round-interval", "-1"),
         ("--declare-splits", "1.5"),
+        ("--shrink-gpus", "-1,5"),
+        ("--shrink-gpus", "9"),
     ):
         with pytest.raises(SystemExit) as exited:
             main([flag, bad])
@@ -1298,6 +1300,34 @@ def test_unseen_split_slowdowns_go_only_to_multi_gpu_types_and_change_nothing_el
         assert slowed == raw
     assert given > 5  # the seeds draw multi-GPU judges and jobs
     assert 0 < declared_count < given
+
+
+def test_unseen_gpu_shrinks_go_only_to_offline_gpu_jobs_and_change_nothing_else() -> None:
+    """``--shrink-gpus`` declares ``may_shrink_gpus`` on each offline job elastic in
+    GPUs, with a pause drawn from a stream of its own, and nothing else."""
+    import copy
+    import random
+
+    from bench.unseen import draw_gpu_shrinks, draw_workload
+
+    declared = 0
+    for seed in range(80):
+        raw = draw_workload(random.Random(seed), f"u{seed}")
+        shrinking = copy.deepcopy(raw)
+        draw_gpu_shrinks(shrinking, random.Random(f"shrink:u{seed}"), (5.0, 30.0))
+        workload_from_dict(copy.deepcopy(shrinking))
+        for task in shrinking["tasks"]:
+            for call in [*task.get("actions", ()), *([task["reward"]] if "reward" in task else ())]:
+                pause = call.pop("shrink_gpus_s", None)
+                if call.pop("may_shrink_gpus", False):
+                    assert call["type"] == "job" and call["elasticity"]["unit_kind"] == "gpu"
+                    assert pause is not None and 5.0 <= pause <= 30.0
+                    declared += 1
+                else:
+                    assert pause is None
+                    assert call["type"] != "job" or call["elasticity"]["unit_kind"] != "gpu"
+        assert shrinking == raw
+    assert declared > 3  # the seeds draw offline GPU jobs
 
 
 def test_the_unseen_bench_judges_only_the_family_it_is_asked_for(
