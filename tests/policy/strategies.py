@@ -142,7 +142,31 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 gpus=held,
             )
         )
-        if cpu >= 2 and draw(st.booleans()):  # an elastic action at one unit per core
+        if len(held) >= 2 and draw(st.booleans()):  # a run that can give GPUs back
+            elasticity = Elasticity(
+                draw(st.integers(1, len(held) - 1)),
+                len(held) + draw(st.integers(0, 2)),
+                draw(st.floats(0.0, 1.0)),
+                unit_kind="gpu",
+            )
+            resizable.append(
+                Resizable(
+                    f"r{i}",
+                    tenant,
+                    node.id,
+                    allocation,
+                    len(held),
+                    elasticity,
+                    "reward",
+                    done_s=draw(st.floats(0.0, 120.0)),
+                    gpus=held,
+                    gpu_groups=tuple(
+                        next(at for at, group in enumerate(node.gpu_groups) if gpu in group)
+                        for gpu in held
+                    ),
+                )
+            )
+        elif cpu >= 2 and draw(st.booleans()):  # an elastic action at one unit per core
             units = int(cpu)
             elasticity = Elasticity(
                 draw(st.integers(1, units)),

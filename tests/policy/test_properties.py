@@ -36,18 +36,26 @@ def _check_decision(snapshot: Snapshot, name: str) -> None:
             tenant = usage.setdefault(running.tenant, {})
             tenant[kind] = tenant.get(kind, 0.0) + amount
     before = {tenant: dict(u) for tenant, u in usage.items()}
+    #: GPU ids running actions hold, less those given back.
+    gpus_taken: dict[str, set[str]] = {}
+    for running in snapshot.running:
+        gpus_taken.setdefault(running.node, set()).update(running.gpus)
     resizable = {held.action_id: held for held in snapshot.resizable}
     for resize in decision.resizes:
         held = resizable.pop(resize.action_id)  # a resizable action, resized once
+        kind = held.unit_kind
         assert resize.node_id == held.node
         assert held.min_units <= resize.units <= held.elasticity.max_units, "not a legal size"
         assert resize.units != held.units, "a resize that changes nothing"
-        assert resize.allocation == {**held.allocation, "cpu": held.unit * resize.units}
-        given_back = held.allocation["cpu"] - resize.allocation["cpu"]
-        used[held.node]["cpu"] = used[held.node].get("cpu", 0.0) - given_back
-        usage[held.tenant]["cpu"] = usage[held.tenant].get("cpu", 0.0) - given_back
+        assert resize.allocation == {**held.allocation, kind: held.unit * resize.units}
+        if held.gpus:
+            assert resize.units < held.units, "a run that gives GPUs back grown"
+            assert len(resize.gpus) == resize.units and set(resize.gpus) <= set(held.gpus)
+            gpus_taken[held.node] -= set(held.gpus) - set(resize.gpus)
+        given_back = held.allocation[kind] - resize.allocation[kind]
+        used[held.node][kind] = used[held.node].get(kind, 0.0) - given_back
+        usage[held.tenant][kind] = usage[held.tenant].get(kind, 0.0) - given_back
     seen: set[str] = set()
-    gpus_taken: dict[str, set[str]] = {}
     batches: dict[str, list[str]] = {}
     for placement in decision.placements:
         assert placement.action_id in pending, "placed an action that is not pending"
