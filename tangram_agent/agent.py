@@ -117,6 +117,9 @@ class Agent:
             cpu = run.assignment["allocation"].get("cpu")
             if cpu is not None:
                 ref["cpu"] = float(cpu)
+            gpus = run.assignment.get("gpus")
+            if gpus:
+                ref["gpus"] = [str(gpu) for gpu in gpus]
             refs.append(ref)
         return refs
 
@@ -365,7 +368,8 @@ class Agent:
             run.task.cancel()
 
     def _on_resize(self, resize: Resize) -> None:
-        """Hold a run to the cores the server now gives it (fewer are already counted free)."""
+        """Hold a run to the cores, and the GPUs, the server now gives it (what it
+        took back is already counted free)."""
         key = (str(resize["action"]), int(resize["attempt"]))
         cpus = float(resize["allocation"]["cpu"])
         run = self._runs.get(key)
@@ -373,12 +377,18 @@ class Agent:
             log.debug("ignoring resize of %s attempt %d: not running here", *key)
             return
         held = float(run.assignment["allocation"].get("cpu", 0))
-        if cpus <= 0 or cpus == held:
+        held_gpus = [str(gpu) for gpu in run.assignment.get("gpus") or ()]
+        gpus = [str(gpu) for gpu in resize.get("gpus", held_gpus)]
+        # GPUs only ever go down, to some of those held.
+        fewer_gpus = gpus != held_gpus and set(gpus) < set(held_gpus)
+        if cpus <= 0 or (cpus == held and not fewer_gpus):
             log.debug("ignoring resize of %s attempt %d to cpu %g from %g", *key, cpus, held)
             return
-        log.info("resizing %s attempt %d to cpu %g from %g", *key, cpus, held)
+        log.info("resizing %s attempt %d to cpu %g from %g, gpus %s", *key, cpus, held, gpus)
         run.assignment["allocation"] = {**resize["allocation"]}
         run.assignment["units"] = int(resize["units"])
+        if fewer_gpus:
+            run.assignment["gpus"] = gpus
         executor = self._executors.get(run.assignment["type"])
         if isinstance(executor, ResizableExecutor):
             executor.resize(run.assignment)

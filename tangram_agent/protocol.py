@@ -23,7 +23,8 @@ Agent -> server
              From protocol 3 each ``running`` entry has the ``cpu`` the agent
              holds that run to; the server sends ``resize`` (``shrink`` to
              protocol 3 and 4) again where that is not the action's (the
-             first one was lost).
+             first one was lost). From protocol 6 an entry of a run with GPUs
+             also has the ``gpus`` it told the run it holds, sent again alike.
   started    {type, action, attempt, started_at}
   result     {type, action, attempt, state, exit_code, stdout, stderr,
               stdout_truncated, stderr_truncated, error, started_at, finished_at}
@@ -40,17 +41,25 @@ Server -> agent
   error      {type, message}   (then the server closes the socket; a malformed
              message's names each field at fault, e.g. "malformed result
              message: exit_code: ...", checked by apps.inventory.serializers)
-  resize     {type, action, attempt, allocation, units}   (only to agents of protocol >= 5)
+  resize     {type, action, attempt, allocation, units, gpus}   (only to agents of protocol >= 5)
              The server changed a running elastic action's cores: it took some
              back for actions that wait, or gave it more while the pool is idle.
              ``allocation`` is its whole allocation from now on (only ``cpu``
-             changes; memory and GPUs never do), ``units`` its unit count. The
+             changes; memory never does), ``units`` its unit count. The
              server counts freed cores as free at once, so the agent sets the
              run's CPU limit now, or starts the run with the new allocation if
              it has not launched yet; a resize of a run it does not hold it
              ignores. A run sees more cores as a higher CPU quota: it goes
              faster if it runs more threads than it started with cores
              (``TANGRAM_CPUS`` is the figure at launch).
+             From protocol 6, ``gpus`` (the ids the action holds from now on)
+             may also be fewer, with ``allocation["gpu"]``: the server took
+             GPUs back from a run submitted with ``may_shrink_gpus``, and
+             counts them free at once. The agent tells the run by rewriting
+             the file ``TANGRAM_GPUS_FILE`` names (the host ids it keeps,
+             comma-separated, as ``TANGRAM_GPUS``); the run must stop using
+             the others. Their device files stay bound (a mount cannot leave a
+             running sandbox), so this rests on the run's word.
   shrink     the same, to agents of protocol 3 and 4, and only ever lowering
              ``cpu``: the server grows no run on their nodes.
 
@@ -79,12 +88,15 @@ from typing import Any, Literal, NotRequired, TypedDict
 #: ``Assignment``; 3 added the ``shrink`` message, which the server sends only to
 #: agents that registered with protocol >= 3; 4 added ``tenant`` to ``Assignment``
 #: and ``warm`` to ``heartbeat``; 5 replaced ``shrink`` with ``resize``, which
-#: may also raise a run's cores.
-PROTOCOL_VERSION = 5
+#: may also raise a run's cores; 6 added ``gpus`` to ``resize`` (fewer GPUs, for
+#: a run that may give them back) and to ``heartbeat``'s running entries.
+PROTOCOL_VERSION = 6
 #: The first protocol whose agents take ``shrink``.
 SHRINK_PROTOCOL = 3
 #: The first protocol whose agents take ``resize`` (and so may grow a run).
 RESIZE_PROTOCOL = 5
+#: The first protocol whose agents tell a run which GPUs a ``resize`` leaves it.
+GPU_RESIZE_PROTOCOL = 6
 #: The oldest agent protocol the server still accepts.
 MIN_PROTOCOL_VERSION = 1
 
@@ -98,6 +110,8 @@ class ActionRef(TypedDict):
     #: In ``running`` (protocol 3): the cores the agent holds the run to, so that
     #: the server can send again a ``resize`` that was lost.
     cpu: NotRequired[float]
+    #: In ``running`` (protocol 6), of a run with GPUs: those it was told it holds.
+    gpus: NotRequired[list[str]]
 
 
 class Assignment(TypedDict):
@@ -199,9 +213,11 @@ class Resize(TypedDict):
     type: Literal["resize", "shrink"]
     action: str
     attempt: int
-    #: The action's whole allocation from now on: only ``cpu`` differs.
+    #: The action's whole allocation from now on: only ``cpu`` (or ``gpu``) differs.
     allocation: dict[str, float]
     units: int
+    #: The GPU ids it holds from now on (protocol 6; fewer only for ``may_shrink_gpus``).
+    gpus: NotRequired[list[str]]
 
 
 #: How a scorer's warm key starts: only the server puts one in an affinity.

@@ -61,6 +61,9 @@ class Action(models.Model):
     batch_limit = models.PositiveIntegerField(default=1)
     #: Its GPUs need not share an NVLink group (``PendingAction.may_split_gpus``).
     may_split_gpus = models.BooleanField(default=False)
+    #: Its run can give GPUs above its minimum back while it runs (it reads
+    #: ``TANGRAM_GPUS_FILE``): the scheduler may take them back (``Resizable.gpus``).
+    may_shrink_gpus = models.BooleanField(default=False)
 
     state = models.CharField(max_length=16, choices=ActionState.choices, default=ActionState.QUEUED)
     attempt = models.PositiveIntegerField(default=1)

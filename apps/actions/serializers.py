@@ -125,6 +125,14 @@ class ActionInputSerializer(serializers.Serializer):
         "work): it may take, and grow into, free GPUs of any group. By default a multi-GPU "
         "action, and its growth, keeps to one group.",
     )
+    may_shrink_gpus = serializers.BooleanField(
+        default=False,
+        help_text="Its run can give GPUs above elasticity.min_units back while it runs "
+        "(data-parallel shards that checkpoint): the scheduler may take them back for actions "
+        "that wait, rewriting the file TANGRAM_GPUS_FILE names to the GPU ids the run keeps; "
+        "the run must stop using the others. Only for sandbox types elastic in single GPUs "
+        "(elasticity.unit_kind gpu, demand gpu equal to elasticity.min_units).",
+    )
 
     def validate_type(self, value: str) -> str:
         if value not in ACTION_TYPES:
@@ -193,6 +201,20 @@ class ActionInputSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"elasticity.unit_kind": ["Must be a kind the demand asks for."]}
             )
+        if attrs["may_shrink_gpus"] and not (
+            attrs["type"].startswith("sandbox.")
+            and elasticity
+            and elasticity["unit_kind"] == "gpu"
+            and attrs["demand"].get("gpu") == elasticity["min_units"]
+        ):
+            raise serializers.ValidationError(
+                {
+                    "may_shrink_gpus": [
+                        "Only for sandbox.python and sandbox.bash actions elastic in single "
+                        "GPUs: elasticity.unit_kind gpu, demand gpu equal to min_units."
+                    ]
+                }
+            )
         if attrs.get("batch_key") is None:
             if attrs["batch_limit"] != 1:
                 raise serializers.ValidationError(
@@ -240,6 +262,7 @@ class ActionOutputSerializer(serializers.ModelSerializer):
             "batch_key",
             "batch_limit",
             "may_split_gpus",
+            "may_shrink_gpus",
             "attempt",
             "node",
             "allocation",

@@ -61,6 +61,9 @@ class RunningSerializer(serializers.Serializer):
     action = ActionIdField()
     attempt = _attempt()
     cpu = serializers.FloatField(required=False, min_value=0)
+    gpus = serializers.ListField(
+        child=serializers.CharField(max_length=64), max_length=64, required=False
+    )
 
 
 class RegisterSerializer(serializers.Serializer):

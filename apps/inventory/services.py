@@ -58,7 +58,7 @@ ASSIGNMENT_FIELDS = (
 
 
 #: What ``resize_of`` reads of an action.
-RESIZE_FIELDS = ("id", "attempt", "allocation", "units")
+RESIZE_FIELDS = ("id", "attempt", "allocation", "units", "gpus")
 
 
 def resize_of(action: Action) -> dict[str, Any]:
@@ -68,6 +68,7 @@ def resize_of(action: Action) -> dict[str, Any]:
         "attempt": action.attempt,
         "allocation": action.allocation,
         "units": action.units,
+        "gpus": action.gpus,
     }
 
 
@@ -265,19 +266,28 @@ def node_heartbeat(
 
 
 def _missed_resizes(node_id: Any, running: list[ActionRef]) -> list[dict[str, Any]]:
-    """``resize`` messages (less their type) for runs held to other cores than their action has."""
-    cores = {
-        (ref["action"], int(ref["attempt"])): float(ref["cpu"]) for ref in running if "cpu" in ref
+    """``resize`` messages (less their type) for runs held to other cores, or told of
+    other GPUs, than their action has."""
+    held = {
+        (ref["action"], int(ref["attempt"])): ref
+        for ref in running
+        if "cpu" in ref or "gpus" in ref
     }
-    if not cores:
+    if not held:
         return []
     return [
         resize_of(action)
         for action in Action.objects.filter(
-            pk__in=[action for action, _ in cores], node_id=node_id, state__in=PLACED_STATES
+            pk__in=[action for action, _ in held], node_id=node_id, state__in=PLACED_STATES
         ).only(*RESIZE_FIELDS)
-        if (held := cores.get((str(action.pk), action.attempt))) is not None
-        and abs(float(action.allocation.get("cpu", held)) - held) > 1e-9
+        if (ref := held.get((str(action.pk), action.attempt))) is not None
+        and (
+            (
+                "cpu" in ref
+                and abs(float(action.allocation.get("cpu", ref["cpu"])) - ref["cpu"]) > 1e-9
+            )
+            or ("gpus" in ref and sorted(ref["gpus"]) != sorted(map(str, action.gpus)))
+        )
     ]
 
 

@@ -37,7 +37,7 @@ from apps.actions.models import (
 from apps.actions.selectors import PlacedUsage, add_resources, placed_gpus, placed_usage
 from apps.inventory.models import Node, WarmKeyUse
 from apps.tenants.models import Quota
-from tangram_agent.protocol import RESIZE_PROTOCOL, SHRINK_PROTOCOL
+from tangram_agent.protocol import GPU_RESIZE_PROTOCOL, RESIZE_PROTOCOL, SHRINK_PROTOCOL
 from tangram_policy.estimate import decayed_mean, speedup, trajectory_stat
 from tangram_policy.pool import gpu_group_size, primary_kind
 from tangram_policy.registry import keeps_gpu_groups
@@ -379,6 +379,10 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
     """Placed single elastic actions whose cores can change, on online nodes whose
     agent takes ``shrink`` (those holding more than their minimum) or ``resize``
     (any: they may also grow). An older agent's are offered capped at their units.
+
+    Also those submitted with ``may_shrink_gpus`` that hold more GPUs than their
+    minimum, on nodes whose agent tells a run which GPUs it keeps: offered
+    capped at their units, with the ids they hold.
     """
     rows = (
         Action.objects.filter(
@@ -403,17 +407,30 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
             "resized_at",
             "done_at_resize_s",
             "node__protocol",
+            "may_shrink_gpus",
+            "gpus",
+            "node__gpu_groups",
         )
     )
     out = []
     for row in rows:
         id_, tenant_id, node_id, allocation, units, elasticity_text = row[:6]
-        type_, hint, started, resized, done_at_resize, protocol = row[6:]
+        type_, hint, started, resized, done_at_resize, protocol = row[6:12]
+        may_shrink_gpus, gpus, node_groups = row[12:]
         elasticity = decoded.get("elasticity", elasticity_text, _elasticity)
-        if elasticity.unit_kind not in RESIZABLE_KINDS:
+        held_gpus: tuple[str, ...] = tuple(map(str, gpus))
+        positions = _group_positions(node_groups, held_gpus) if may_shrink_gpus else None
+        gives_gpus_back = (
+            may_shrink_gpus
+            and elasticity.unit_kind == "gpu"
+            and protocol >= GPU_RESIZE_PROTOCOL
+            and len(held_gpus) == units
+            and positions is not None
+        )
+        if elasticity.unit_kind not in RESIZABLE_KINDS and not gives_gpus_back:
             continue
         done_s = work_done_s(elasticity, units, started, resized, done_at_resize, now)
-        if protocol < RESIZE_PROTOCOL:
+        if protocol < RESIZE_PROTOCOL or gives_gpus_back:
             elasticity = replace(elasticity, max_units=units)
         if elasticity.min_units < units or units < elasticity.max_units:
             out.append(
@@ -427,9 +444,20 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
                     type_,
                     hint,
                     done_s,
+                    held_gpus if gives_gpus_back else (),
+                    positions if gives_gpus_back and positions else (),
                 )
             )
     return out
+
+
+def _group_positions(groups: list[list[str]], gpus: tuple[str, ...]) -> tuple[int, ...] | None:
+    """Where each of ``gpus``' interconnect groups is in its node's ``gpu_groups``;
+    None if one is in none of them."""
+    where = {gpu: at for at, group in enumerate(groups) for gpu in group}
+    if not all(gpu in where for gpu in gpus):
+        return None
+    return tuple(where[gpu] for gpu in gpus)
 
 
 def scheduling_snapshot() -> Snapshot:

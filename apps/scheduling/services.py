@@ -167,7 +167,8 @@ def _note_type_loads(snapshot: Snapshot) -> None:
 
 def _resize(resizes: Sequence[Resize], now: datetime) -> None:
     """Change running elastic actions' cores: take some back before the placements
-    that use them, or give more while the pool is idle.
+    that use them, or give more while the pool is idle. Or their GPUs: take some
+    back from a run that may give them up (``Resize.gpus``, the ones it keeps).
 
     Conditional on the action still being placed on that node: one that ended
     since the snapshot freed its room anyway. Its agent sets the run's CPU
@@ -197,6 +198,8 @@ def _resize(resizes: Sequence[Resize], now: datetime) -> None:
             action.resized_at = now
         action.allocation = dict(resize.allocation)
         action.units = resize.units
+        if resize.gpus:
+            action.gpus = list(resize.gpus)
         changed.append(action)
         message = resize_of(action)
         transaction.on_commit(
@@ -204,7 +207,7 @@ def _resize(resizes: Sequence[Resize], now: datetime) -> None:
         )
     Action.objects.bulk_update(
         changed,
-        ["allocation", "units", "resized_at", "done_at_resize_s"],
+        ["allocation", "units", "gpus", "resized_at", "done_at_resize_s"],
         batch_size=WRITE_CHUNK,
     )
     if changed:

@@ -21,6 +21,9 @@ Layers, each covering what the others miss:
   so ``CUDA_VISIBLE_DEVICES`` is ``0..k-1`` there; ``TANGRAM_GPUS`` keeps the
   host's ids. Where nothing is bound (no device files, or no bwrap and so the
   host's ``/dev``), ``CUDA_VISIBLE_DEVICES`` is the host's ids.
+  ``TANGRAM_GPUS_FILE`` lists the host ids the run holds; a resize that takes
+  GPUs back from a run submitted with ``may_shrink_gpus`` rewrites it, and the
+  run must stop using the others (their device files stay bound).
 
 Without bwrap or cgroups it still runs, with what is left, and says so loudly
 once at start-up: check ``Sandbox.isolation``.
@@ -64,6 +67,8 @@ log = logging.getLogger("tangram.agent")
 
 LAUNCHER = str(Path(__file__).with_name("_launch.py"))
 SANDBOX_DIR = "/sandbox"
+#: The file, in the run's ``/etc``, that lists the GPU ids it holds (``TANGRAM_GPUS_FILE``).
+GPUS_FILE_NAME = "tangram-gpus"
 SANDBOX_UID = 1000
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 Language = Literal["python", "bash"]
@@ -218,6 +223,8 @@ class _Launch:
     memory_mib: float
     cpu_s: int
     timeout: float
+    #: Where the run reads the GPU ids it holds (``TANGRAM_GPUS_FILE``), if it has any.
+    gpus_file: Path | None = None
 
 
 class _CappedReader:
@@ -263,6 +270,14 @@ def _hold_to(cgroup: RunCgroup | None, cpus: float, what: str) -> None:
         cgroup.set_cpus(cpus)
     except OSError as exc:
         log.warning("could not throttle %s to %g cores: %s", what, cpus, exc)
+
+
+def _write_gpus(path: Path, gpus: list[str]) -> None:
+    """Tell a run the GPU ids it holds: replace ``path`` whole, so a read sees one list."""
+    scratch = path.with_name(f".{path.name}.new")
+    scratch.write_text(",".join(gpus) + "\n")
+    scratch.chmod(0o644)
+    os.replace(scratch, path)
 
 
 def _safe_name(text: str) -> str:
@@ -320,6 +335,9 @@ class Sandbox:
             log.debug("no cpu cgroup controller: a resize cannot change a running sandbox's cores")
         #: The cgroup of each launched run by (action, attempt): where a resize lands.
         self._run_cgroups: dict[tuple[str, int], RunCgroup] = {}
+        #: Each launched run's ``TANGRAM_GPUS_FILE`` on the host: where a resize of
+        #: its GPUs lands.
+        self._run_gpu_files: dict[tuple[str, int], Path] = {}
         self._bwrap_modern = self._probe_bwrap()
         self.isolation = self._describe()
         for warning in self.isolation.warnings:
@@ -534,12 +552,19 @@ class Sandbox:
     # -- running ----------------------------------------------------------------
 
     def resize(self, assignment: Assignment) -> None:
-        """Hold ``assignment``'s run to its allocation's (just changed) ``cpu``.
+        """Hold ``assignment``'s run to its allocation's (just changed) ``cpu``, and
+        tell it the GPUs it keeps.
 
-        A run without its cgroup yet reads the new allocation when it creates it.
+        A run not launched yet reads the new allocation and GPUs at its launch.
         """
-        cgroup = self._run_cgroups.get((str(assignment["id"]), int(assignment["attempt"])))
-        _hold_to(cgroup, float(assignment["allocation"]["cpu"]), str(assignment["id"]))
+        key = (str(assignment["id"]), int(assignment["attempt"]))
+        _hold_to(self._run_cgroups.get(key), float(assignment["allocation"]["cpu"]), key[0])
+        gpus_file = self._run_gpu_files.get(key)
+        if gpus_file is not None:
+            try:
+                _write_gpus(gpus_file, [str(gpu) for gpu in assignment.get("gpus") or ()])
+            except OSError as exc:
+                log.warning("could not tell %s its GPUs: %s", key[0], exc)
 
     async def run(
         self, assignment: Assignment, language: Language, *, stdout_cap: int | None = None
@@ -561,10 +586,13 @@ class Sandbox:
                 key = (str(assignment["id"]), int(assignment["attempt"]))
                 if launch.cgroup is not None:
                     self._run_cgroups[key] = launch.cgroup
+                if launch.gpus_file is not None:
+                    self._run_gpu_files[key] = launch.gpus_file
                 try:
                     return await self._execute(launch, payload.stdin, cap)
                 finally:
                     self._run_cgroups.pop(key, None)
+                    self._run_gpu_files.pop(key, None)
                     await asyncio.to_thread(self._cleanup, launch.run_dir, launch.cgroup)
             finally:
                 self._free_slots.put_nowait(slot)
@@ -747,6 +775,17 @@ class Sandbox:
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "TANGRAM_BATCH_ID": assignment.get("batch_id") or "",
         }
+        gpus_file = None
+        if gpus:
+            # In /etc, which the sandbox sees read-only; a resize replaces it.
+            modern = self._bwrap_modern is not None
+            gpus_file = (run_dir / "etc" if modern else run_dir) / GPUS_FILE_NAME
+            try:
+                _write_gpus(gpus_file, gpus)
+            except OSError as exc:
+                self._cleanup(run_dir, cgroup)
+                return Outcome.invalid(f"sandbox setup failed: {exc}")
+            env["TANGRAM_GPUS_FILE"] = f"/etc/{GPUS_FILE_NAME}" if modern else str(gpus_file)
         interpreter = settings.python if language == "python" else settings.bash
         rlimits = self._rlimits(cpu_s=cpu_s, memory_mib=memory_mib, gpus=bool(gpus))
         if self._bwrap_modern is not None:
@@ -771,7 +810,7 @@ class Sandbox:
                 cgroup=cgroup,
                 cwd=str(work),
             )
-        return _Launch(spec, cgroup, run_dir, memory_mib, cpu_s, timeout)
+        return _Launch(spec, cgroup, run_dir, memory_mib, cpu_s, timeout, gpus_file)
 
     @staticmethod
     async def _spawn(spec: dict[str, Any], *, limit: int = 2**16) -> asyncio.subprocess.Process:

@@ -186,3 +186,55 @@ def test_a_resized_run_of_an_executor_with_nothing_to_throttle_runs_on() -> None
             assert server.connections == 1
 
     arun(scenario)
+
+
+#: Prints the GPU ids its file lists, then again once they change (a resize).
+GPU_WATCHER = """
+import os, time
+path = os.environ["TANGRAM_GPUS_FILE"]
+first = open(path).read().strip()
+print(first, flush=True)
+deadline = time.time() + 10
+while time.time() < deadline:
+    now = open(path).read().strip()
+    if now != first:
+        print(now, flush=True)
+        time.sleep(1)  # still running while heartbeats report it
+        break
+    time.sleep(0.05)
+"""
+
+
+@needs_bwrap
+def test_a_resize_that_takes_gpus_back_tells_the_run_the_ones_it_keeps(sandbox: Sandbox) -> None:
+    """The server took GPUs 1 and 3 back from a run submitted with ``may_shrink_gpus``:
+    the file ``TANGRAM_GPUS_FILE`` names now lists 0 and 2, and heartbeats say so. A
+    resize naming a GPU the run does not hold changes nothing."""
+
+    async def scenario() -> None:
+        async with running_agent(executors=sandbox_executors(sandbox)) as (server, _):
+            await server.next("register")
+            assignment = make_assignment(GPU_WATCHER, action_id="g1", gpus=["0", "1", "2", "3"])
+            assignment["units"] = 4
+            await server.send({"type": "assign", "action": assignment})
+            await sandboxed_pid(sandbox)
+            ref = {"action": "g1", "attempt": 1, "cpu": 1.0}
+            strange = {**resize("g1", 1, units=2), "gpus": ["0", "9"]}
+            strange["allocation"]["gpu"] = 2
+            await server.send(strange)
+            kept = {**resize("g1", 1, units=2), "gpus": ["0", "2"]}
+            kept["allocation"]["gpu"] = 2
+            await server.send(kept)
+
+            async def told() -> None:
+                while {**ref, "gpus": ["0", "2"]} not in (await server.next("heartbeat"))[
+                    "running"
+                ]:
+                    pass
+
+            await asyncio.wait_for(told(), 5)
+            result = await server.next("result")
+            assert (result["state"], result["stdout"]) == ("succeeded", "0,1,2,3\n0,2\n"), result
+            await server.ack(result)
+
+    arun(scenario)

@@ -339,6 +339,28 @@ def test_may_split_gpus_is_stored_and_returned_and_a_bad_one_refused(owner, node
     assert Action.objects.count() == 2
 
 
+def test_may_shrink_gpus_is_only_for_sandbox_runs_elastic_in_single_gpus(owner, node):
+    NodeFactory(capacity={"cpu": 8, "memory": 8192, "gpu": 4}, gpu_groups=[["0", "1", "2", "3"]])
+    elastic = {"min_units": 1, "max_units": 4, "unit_kind": "gpu", "parallel_fraction": 0.9}
+    sweep = {**PY, "demand": {"gpu": 1, "cpu": 1}, "elasticity": elastic, "may_shrink_gpus": True}
+    created = owner.client.post(URL, sweep, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["may_shrink_gpus"] is True
+    assert Action.objects.get(pk=created.json()["id"]).may_shrink_gpus
+    assert owner.client.post(URL, PY, format="json").json()["may_shrink_gpus"] is False
+    for bad in (
+        {**sweep, "elasticity": {**elastic, "unit_kind": "cpu"}},  # elastic in cores
+        {**sweep, "demand": {"gpu": 2, "cpu": 1}},  # two GPUs a unit
+        {key: value for key, value in sweep.items() if key != "elasticity"},  # not elastic
+        {**sweep, "type": "reward.python", "payload": {"code": "x", "sample": 1}},
+        {**sweep, "may_shrink_gpus": "sometimes"},
+    ):
+        response = owner.client.post(URL, bad, format="json")
+        assert response.status_code == 400, bad
+        assert "may_shrink_gpus" in response.json()["errors"], response.json()
+    assert Action.objects.count() == 2
+
+
 def test_a_bad_batch_field_in_a_list_names_the_item(owner, node):
     specs = [{**PY, "batch_key": "rm", "batch_limit": 8}, {**PY, "batch_limit": 8}]
     response = owner.client.post(URL, specs, format="json")

@@ -12,7 +12,12 @@ from apps.actions.models import Action, ActionEvent
 from apps.inventory.models import Node
 from apps.inventory.services import agent_token_issue
 from apps.scheduling.services import schedule_round
-from tangram_agent.protocol import PROTOCOL_VERSION, RESIZE_PROTOCOL, scorer_warm_key
+from tangram_agent.protocol import (
+    GPU_RESIZE_PROTOCOL,
+    PROTOCOL_VERSION,
+    RESIZE_PROTOCOL,
+    scorer_warm_key,
+)
 from tangram_web.asgi import application
 from tests.factories import ActionFactory, succeeded_result
 
@@ -370,6 +375,7 @@ async def test_a_round_takes_cores_back_from_a_grown_elastic_action(
         "attempt": 1,
         "allocation": {"cpu": 1, "memory": 16},
         "units": 1,
+        "gpus": [],
     }
     assign = await communicator.receive_json_from(timeout=5)
     assert assign["type"] == "assign" and assign["action"]["id"] == str(rigid.pk)
@@ -405,6 +411,7 @@ async def test_a_round_with_nothing_queued_grows_a_running_elastic_action(
         "attempt": 1,
         "allocation": {"cpu": elastic.units, "memory": 16},
         "units": elastic.units,
+        "gpus": [],
     }
     # Grown as far as is worth it: the next round changes nothing.
     await database_sync_to_async(schedule_round)()
@@ -426,6 +433,7 @@ async def test_a_heartbeat_showing_a_lost_resize_gets_it_again(agent_token):
         **ref,
         "allocation": {"cpu": 1, "memory": 16},
         "units": 1,
+        "gpus": [],
     }
     # A lost grow too: the agent holds it to fewer cores than it has.
     await communicator.send_json_to({"type": "heartbeat", "running": [{**ref, "cpu": 0.5}]})
@@ -434,6 +442,83 @@ async def test_a_heartbeat_showing_a_lost_resize_gets_it_again(agent_token):
     for running in ([{**ref, "cpu": 1.0}], [ref]):
         await communicator.send_json_to({"type": "heartbeat", "running": running})
         assert await communicator.receive_nothing(timeout=0.5)
+    await communicator.disconnect()
+
+
+def _sweep_on_four_gpus(node_name: str) -> Action:
+    """A running sandbox sweep elastic in single GPUs, grown to all four, that said
+    its run can give GPUs back."""
+    return ActionFactory(
+        type="sandbox.python",
+        node=Node.objects.get(name=node_name),
+        state="running",
+        demand={"cpu": 1, "memory": 16, "gpu": 1},
+        elasticity={"min_units": 1, "max_units": 4, "parallel_fraction": 0.9, "unit_kind": "gpu"},
+        allocation={"cpu": 1, "memory": 16, "gpu": 4},
+        units=4,
+        gpus=["0", "1", "2", "3"],
+        may_shrink_gpus=True,
+        duration_hint_s=600,
+    )
+
+
+@pytest.mark.parametrize("protocol", [PROTOCOL_VERSION, RESIZE_PROTOCOL])
+async def test_a_round_takes_gpus_back_from_a_run_that_may_give_them_up(
+    agent_token, settings, protocol
+):
+    """Two 1-GPU calls wait behind a sweep holding all four GPUs: the round takes two
+    back (``resize`` naming the two it keeps) and assigns the calls the other two. An
+    agent before protocol 6 cannot tell a run, so its GPUs are never taken back."""
+    settings.TANGRAM_POLICY = "tangram"
+    communicator = await _connect(agent_token)
+    register = {
+        **_register(),
+        "protocol": protocol,
+        "capacity": {"cpu": 8, "memory": 2048, "gpu": 4},
+        "gpu_groups": [["0", "1"], ["2", "3"]],
+    }
+    await communicator.send_json_to(register)
+    assert (await communicator.receive_json_from())["type"] == "registered"
+    sweep = await database_sync_to_async(_sweep_on_four_gpus)("node-x")
+    calls = [
+        await database_sync_to_async(ActionFactory)(
+            demand={"cpu": 1, "memory": 16, "gpu": 1}, duration_hint_s=5
+        )
+        for _ in range(2)
+    ]
+    placed = (await database_sync_to_async(schedule_round)()).placed
+    await database_sync_to_async(sweep.refresh_from_db)()
+    if protocol < GPU_RESIZE_PROTOCOL:
+        assert placed == 0 and (sweep.units, sweep.gpus) == (4, ["0", "1", "2", "3"])
+        assert await communicator.receive_nothing(timeout=0.5)
+        await communicator.disconnect()
+        return
+    assert placed == 2
+    assert sweep.units == 2 and sweep.allocation["gpu"] == 2
+    assert sweep.gpus[0] == "0" and len(set(sweep.gpus)) == 2
+    resize = await communicator.receive_json_from(timeout=5)
+    assert resize == {
+        "type": "resize",
+        "action": str(sweep.pk),
+        "attempt": 1,
+        "allocation": {"cpu": 1, "memory": 16, "gpu": 2},
+        "units": 2,
+        "gpus": sweep.gpus,
+    }
+    handed_out = []
+    for _ in calls:
+        assign = await communicator.receive_json_from(timeout=5)
+        assert assign["type"] == "assign"
+        handed_out += assign["action"]["gpus"]
+    assert sorted(handed_out + sweep.gpus) == ["0", "1", "2", "3"]
+    # A heartbeat still showing the four GPUs (the resize was lost) gets it again.
+    ref = {"action": str(sweep.pk), "attempt": 1, "cpu": 1.0}
+    await communicator.send_json_to(
+        {"type": "heartbeat", "running": [{**ref, "gpus": ["0", "1", "2", "3"]}]}
+    )
+    assert (await communicator.receive_json_from(timeout=5))["gpus"] == sweep.gpus
+    await communicator.send_json_to({"type": "heartbeat", "running": [{**ref, "gpus": sweep.gpus}]})
+    assert await communicator.receive_nothing(timeout=0.5)
     await communicator.disconnect()
 
 
