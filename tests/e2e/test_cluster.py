@@ -157,6 +157,69 @@ def test_gpu_ids_and_batches_from_the_api_to_the_sandbox(tmp_path):
     assert all(a.allocation["cpu"] == pytest.approx(2 / 6) for a in members)
 
 
+#: Prints the GPU ids its file lists, then again once a resize changes them.
+GPU_WATCHER = """\
+import os, time
+path = os.environ["TANGRAM_GPUS_FILE"]
+first = open(path).read().strip()
+print(first, flush=True)
+deadline = time.time() + 60
+while time.time() < deadline:
+    now = open(path).read().strip()
+    if now != first:
+        print(now, flush=True)
+        break
+    time.sleep(0.1)
+"""
+
+
+def test_a_run_that_may_shrink_its_gpus_gives_some_back_to_calls_that_wait(tmp_path):
+    """A sweep grows into the idle GPUs of a 4-GPU agent; one more 1-GPU call than
+    GPUs are free arrives: the round takes GPUs back, the agent rewrites the run's
+    ``TANGRAM_GPUS_FILE``, which the run sees, and the calls start while it runs."""
+    with running_cluster(tmp_path, agents=[]) as cluster:
+        cluster.start_agent("gpu-node", "--gpus", "0,1,2,3", cpu=8)
+        wait_for(lambda: "gpu-node" in cluster.online_nodes(), 30, "gpu-node to register")
+        with Client(cluster.base_url, cluster.tenant_token) as client:
+            sweep = client.submit(
+                "sandbox.python",
+                {"code": GPU_WATCHER},
+                demand={"cpu": 1, "memory": 256, "gpu": 1},
+                elasticity={
+                    "min_units": 1,
+                    "max_units": 4,
+                    "parallel_fraction": 0.9,
+                    "unit_kind": "gpu",
+                },
+                duration_hint_s=600,
+                may_shrink_gpus=True,
+            )
+            grown = wait_for(
+                lambda: (a := client.get(sweep.id)).state == "running" and a, 30, "a start"
+            )
+            calls = client.submit_many(
+                [
+                    {
+                        "type": "sleep",
+                        "payload": {"seconds": 1},
+                        "demand": {"cpu": 1, "memory": 16, "gpu": 1},
+                        "duration_hint_s": 1,
+                    }
+                    for _ in range(4 - grown.units + 1)
+                ]
+            )
+            done = client.wait_all([c.id for c in calls], timeout=60)
+            sweep = client.wait(sweep.id, timeout=90)
+
+    assert grown.units >= 2 and len(grown.gpus) == grown.units, grown
+    assert sweep.ok and [c.state for c in done] == ["succeeded"] * len(done), sweep.stderr
+    first, kept = (line.split(",") for line in sweep.stdout.split())
+    assert sorted(first) == sorted(grown.gpus)
+    assert set(kept) < set(first) and kept[0] == first[0]
+    assert (sweep.units, sorted(sweep.gpus)) == (len(kept), sorted(kept))
+    assert all(c.started_at < sweep.finished_at for c in done)
+
+
 SCORER = """\
 import uuid
 RUN = uuid.uuid4().hex
