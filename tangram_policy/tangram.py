@@ -285,6 +285,7 @@ class _Class:
         "need",
         "gpus_needed",
         "split_gpus",
+        "shrinks_gpus",
         "guarantee",
         "limit",
         "warm",
@@ -316,6 +317,7 @@ class _Class:
         self.need = demand.get(self.kind, 0.0)
         self.gpus_needed = int(round(demand.get("gpu", 0.0)))
         self.split_gpus = head.may_split_gpus
+        self.shrinks_gpus = head.may_shrink_gpus
         self.guarantee = pool.guarantee_caps(head.tenant, demand)
         self.limit = pool.limit_caps(head.tenant, demand)
         quota = pool.quotas.get(head.tenant)
@@ -395,6 +397,7 @@ class _GainGroup:
         "work_s",
         "fixed_s",
         "split_gpus",
+        "shrinks_gpus",
         "outs",
     )
 
@@ -407,6 +410,7 @@ class _GainGroup:
         work_s: float,
         fixed_s: float,
         split_gpus: bool = False,
+        shrinks_gpus: bool = False,
     ) -> None:
         # Not the class itself: it holds this group, and a cycle would outlive the round.
         self.tenant = tenant
@@ -420,6 +424,9 @@ class _GainGroup:
         self.fixed_s = fixed_s
         #: Whether its extra GPUs may come from any group (``PendingAction.may_split_gpus``).
         self.split_gpus = split_gpus
+        #: Whether its extra GPUs are lent (``PendingAction.may_shrink_gpus``, and
+        #: the round takes units back).
+        self.shrinks_gpus = shrinks_gpus
         #: Where the members' placements are in the round's output, in order.
         self.outs: list[int] = []
 
@@ -551,6 +558,7 @@ class TangramPolicy:
                 action.batch_key,
                 action.batch_limit,
                 action.may_split_gpus,
+                action.may_shrink_gpus,
             )
             target = targets.get(spec)
             if target is None:
@@ -562,7 +570,14 @@ class TangramPolicy:
                     if signature is None:
                         signature = signatures[id(demand)] = tuple(sorted(demand.items()))
                     split = action.may_split_gpus
-                    class_key = (tenant, action.type, action.affinity, signature, split)
+                    class_key = (
+                        tenant,
+                        action.type,
+                        action.affinity,
+                        signature,
+                        split,
+                        action.may_shrink_gpus,
+                    )
                     cls = classes.get(class_key)
                     if cls is None:
                         shape = shapes.setdefault(
@@ -1056,7 +1071,10 @@ class _Round:
             alike = (elasticity, head.demand, entry[2], fixed_s)
             group = cls.gains
             if group is None or group.alike != alike:
-                group = cls.gains = _GainGroup(cls.tenant, cls.demand, *alike, cls.split_gpus)
+                lends_gpus = cls.shrinks_gpus and self.config.shrinking
+                group = cls.gains = _GainGroup(
+                    cls.tenant, cls.demand, *alike, cls.split_gpus, lends_gpus
+                )
                 self.gain_groups.append(group)
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
@@ -1700,16 +1718,27 @@ class _Round:
         config = self.config
         budget: dict[str, float] = {}
         threshold: dict[str, float] = {}
+        #: Per kind, whether its extra units are lent (taken back as soon as others wait).
+        lent: dict[str, bool] = {}
+        #: GPUs, where some placement's extra ones are lent (it may give them back):
+        #: the headroom the others leave (``budget`` does not hold it back then).
+        kept_free: dict[str, float] = {}
+        gives_gpus_back = any(group.shrinks_gpus for group in self.gain_groups)
         #: Per (node, kind contended), whether an action short of it fits there
         #: in its other kinds (``_wanted_on``): lent units grow only where none does.
         wanted: dict[tuple[str, str], bool] = {}
         for kind, total in pool.total.items():
             if total <= 0 or kind in self.reserved_all:
                 continue
-            if kind in self.contended and not self._lent(kind):
+            lent[kind] = self._lent(kind)
+            some_lent = lent[kind] or (gives_gpus_back and kind == "gpu")
+            if kind in self.contended and not some_lent:
                 continue
-            kept_free = 0.0 if self._lent(kind) else config.headroom * total
-            budget[kind] = pool.unused(kind) - kept_free
+            headroom = 0.0 if lent[kind] else config.headroom * total
+            if some_lent and headroom:
+                kept_free[kind] = headroom
+                headroom = 0.0
+            budget[kind] = pool.unused(kind) - headroom
             threshold[kind] = self._threshold(kind)
         memo: dict[tuple[int, float, int, float], tuple[float, float]] = {}
         #: Candidates: (-seconds saved, placement in ``out``, unit, gain group,
@@ -1768,10 +1797,15 @@ class _Round:
             kind = elasticity.unit_kind
             if budget[kind] < unit:
                 continue
+            lends = lent[kind] or group.shrinks_gpus
+            if not lends and kept_free and budget[kind] - kept_free.get(kind, 0.0) < unit:
+                continue
             node_id = out[at].node_id if at >= 0 else running[-1 - at].node
             if pool.free[node_id].get(kind, 0.0) + 1e-9 < unit:
                 continue
-            if kind in self.contended:  # and lent: it has a budget
+            if kind in self.contended:  # and lent, or some placement's is: it has a budget
+                if not lends:
+                    continue
                 known = wanted.get((node_id, kind))
                 if known is None:
                     known = wanted[(node_id, kind)] = self._wanted_on(node_id, kind)
@@ -1786,7 +1820,7 @@ class _Round:
                 continue
             if not (pool.lends_all or pool.leaves_unlent_guarantees(tenant, one)):
                 continue
-            if not self._lent(kind) and not pool.leaves_idle_guarantees(tenant, one):
+            if not lends and not pool.leaves_idle_guarantees(tenant, one):
                 continue
             state = grown.get(at)
             if state is not None:

@@ -68,6 +68,10 @@ class PendingAction:
     #: into, free GPUs of any group. False keeps a multi-GPU action, and its
     #: growth, inside one group (tensor-parallel work).
     may_split_gpus: bool = False
+    #: Whether its run can give GPUs above its minimum back while it runs
+    #: (``Resizable.gpus``): its extra GPUs are lent, as extra cores are, so
+    #: they may come out of other tenants' idle guarantees and keep no headroom.
+    may_shrink_gpus: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -739,6 +739,7 @@ class Simulation:
             remaining_hint_s=self._remaining_hint(action),
             position=action.position,
             may_split_gpus=t.may_split_gpus,
+            may_shrink_gpus=t.may_shrink_gpus,
         )
         self.pending[action.id] = action
         _, count = self._pending_types.get(t.id, (t, 0))

@@ -293,6 +293,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             "batch_limit",
             "setup_hint_s",
             "may_split_gpus",
+            "may_shrink_gpus",
         )[:MAX_PENDING_PER_ROUND]
     )
     return tuple(
@@ -314,6 +315,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             batch_limit=batch_limit,
             setup_s=setup_hint or 0.0,
             may_split_gpus=may_split_gpus,
+            may_shrink_gpus=may_shrink_gpus,
         )
         for (
             id_,
@@ -333,6 +335,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             batch_limit,
             setup_hint,
             may_split_gpus,
+            may_shrink_gpus,
         ) in rows
     )
 

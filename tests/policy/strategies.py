@@ -81,6 +81,7 @@ def pending_actions(draw: st.DrawFn, index: int) -> PendingAction:
         # Now is 200: a 300 s setup is longer than any wait, so a cold placement may wait.
         setup_s=draw(st.sampled_from((0.0, 30.0, 300.0))),
         may_split_gpus=bool(demand.get("gpu")) and draw(st.booleans()),
+        may_shrink_gpus=demand.get("gpu") == 1.0 and draw(st.booleans()),
     )
 
 

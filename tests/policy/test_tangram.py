@@ -1001,6 +1001,39 @@ def test_gpus_a_running_action_can_give_back_come_back_by_id_for_calls_that_wait
         assert get_policy("tangram").decide(replace(snapshot, pending=())) == Decision()
 
 
+def test_extra_gpus_of_a_run_that_can_give_them_back_are_lent_from_idle_guarantees() -> None:
+    """An idle node whose 8 GPUs are all tenant b's guarantee: a's sweep borrows its
+    one GPU either way, but grows into b's idle GPUs only if its run can give them
+    back (``may_shrink_gpus``), as extra cores are lent."""
+    groups = (tuple(f"g{i}" for i in range(8)),)
+    node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"gpu"}), gpu_groups=groups)
+    quotas = {
+        "a": TenantQuota("a", {}, {"gpu": 8.0}),
+        "b": TenantQuota("b", {"gpu": 8.0}, {"gpu": 8.0}),
+    }
+    elastic = Elasticity(min_units=1, max_units=8, parallel_fraction=0.95, unit_kind="gpu")
+    sweep = _action(
+        "sweep",
+        tenant="a",
+        type="gpu",
+        demand={"gpu": 1.0},
+        elasticity=elastic,
+        duration_hint_s=600.0,
+    )
+    decide = get_policy("tangram").decide
+    (kept,) = decide(_snapshot([node], [sweep], quotas=quotas)).placements
+    assert kept.units == 1
+    shrinking = replace(sweep, may_shrink_gpus=True)
+    (grown,) = decide(_snapshot([node], [shrinking], quotas=quotas)).placements
+    assert grown.units > 1 and len(set(grown.gpus)) == grown.units  # as far as the load rule goes
+    (held_on,) = (
+        get_policy("tangram-no-shrinking")
+        .decide(_snapshot([node], [shrinking], quotas=quotas))
+        .placements
+    )
+    assert held_on.units == 1
+
+
 def test_units_come_back_for_the_tenant_whose_quota_they_fill() -> None:
     """Its own elastic action has filled the tenant's limit: the units come back to it."""
     running, held = _grown(4)
