@@ -267,7 +267,13 @@ def _can_take(room: Resources, executors: list[str], demands: dict[str, list[Res
 
 
 def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
-    rows = (
+    """Queued actions, at most ``MAX_PENDING_PER_ROUND``, in the policy's terms.
+
+    ``may_shrink_gpus`` lends a run extra GPUs of other tenants' idle
+    guarantees, which only agents of protocol 6 can take back: while an online
+    GPU node's agent is older, no queued action says so to the policy.
+    """
+    rows = list(
         Action.objects.filter(state=ActionState.QUEUED)
         .order_by("-priority", "submitted_at")
         .annotate(
@@ -296,6 +302,12 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             "may_shrink_gpus",
         )[:MAX_PENDING_PER_ROUND]
     )
+    gpus_come_back = not (
+        any(row[-1] for row in rows)
+        and Node.objects.filter(state=Node.State.ONLINE, protocol__lt=GPU_RESIZE_PROTOCOL)
+        .exclude(gpu_groups=[])
+        .exists()
+    )
     return tuple(
         PendingAction(
             id=str(id_),
@@ -315,7 +327,7 @@ def _pending(decoded: _Decoded) -> tuple[PendingAction, ...]:
             batch_limit=batch_limit,
             setup_s=setup_hint or 0.0,
             may_split_gpus=may_split_gpus,
-            may_shrink_gpus=may_shrink_gpus,
+            may_shrink_gpus=may_shrink_gpus and gpus_come_back,
         )
         for (
             id_,

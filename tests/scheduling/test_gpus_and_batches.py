@@ -114,6 +114,34 @@ def test_an_action_that_may_split_its_gpus_takes_one_of_each_group(settings):
     assert (pair.state, sorted(pair.gpus)) == ("assigned", ["1", "3"])
 
 
+def test_a_run_that_may_shrink_its_gpus_borrows_extra_ones_only_where_they_come_back():
+    """Every GPU is another tenant's idle guarantee: a sweep that may give GPUs back
+    grows into them, as lent cores do, but only while every online GPU node's agent
+    can take them back (protocol 6)."""
+    from apps.tenants.services import quota_set
+    from tangram_agent.protocol import GPU_RESIZE_PROTOCOL
+
+    node = gpu_node([["0", "1", "2", "3"]])
+    Node.objects.filter(pk=node.pk).update(protocol=GPU_RESIZE_PROTOCOL)
+    owner, sweeper = TenantFactory(), TenantFactory()
+    quota_set(tenant=owner, resource="gpu", guaranteed=4, limit=4)
+    quota_set(tenant=sweeper, resource="gpu", guaranteed=0, limit=4)
+    elastic = {"min_units": 1, "max_units": 4, "parallel_fraction": 0.95, "unit_kind": "gpu"}
+
+    def sweep() -> Action:
+        action = gpu_action(
+            1, tenant=sweeper, elasticity=elastic, duration_hint_s=600, may_shrink_gpus=True
+        )
+        schedule_round()
+        action.refresh_from_db()
+        return action
+
+    assert sweep().units > 1
+    Action.objects.update(state="succeeded")
+    NodeFactory(name="old-gpu-node", capacity={"gpu": 1}, gpu_groups=[["0"]], protocol=5)
+    assert sweep().units == 1
+
+
 def test_a_running_actions_gpus_are_not_handed_out_until_it_finishes():
     groups = [["0", "1", "2", "3"]]
     gpu_node(groups)
