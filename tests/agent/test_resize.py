@@ -188,15 +188,15 @@ def test_a_resized_run_of_an_executor_with_nothing_to_throttle_runs_on() -> None
     arun(scenario)
 
 
-#: Prints the GPU ids its file lists, then again once they change (a resize).
+#: Prints the GPU ids it started with, then those its file lists once they differ
+#: (a resize, perhaps before it looked); also run end to end (``tests/e2e``).
 GPU_WATCHER = """
 import os, time
-path = os.environ["TANGRAM_GPUS_FILE"]
-first = open(path).read().strip()
+first = os.environ["TANGRAM_GPUS"]
 print(first, flush=True)
-deadline = time.time() + 10
+deadline = time.time() + 60
 while time.time() < deadline:
-    now = open(path).read().strip()
+    now = open(os.environ["TANGRAM_GPUS_FILE"]).read().strip()
     if now != first:
         print(now, flush=True)
         time.sleep(1)  # still running while heartbeats report it

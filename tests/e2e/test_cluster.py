@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tangram_client import AsyncClient, Client
+from tests.agent.test_resize import GPU_WATCHER
 from tests.e2e.cluster import running_cluster, sampled_cpu_quota, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -155,22 +156,6 @@ def test_gpu_ids_and_batches_from_the_api_to_the_sandbox(tmp_path):
     assert {a.node for a in members} == {"gpu-node"}
     assert [a.stdout for a in members] == [f"  {batch_ids.pop()}\n"] * 6
     assert all(a.allocation["cpu"] == pytest.approx(2 / 6) for a in members)
-
-
-#: Prints the GPU ids its file lists, then again once a resize changes them.
-GPU_WATCHER = """\
-import os, time
-path = os.environ["TANGRAM_GPUS_FILE"]
-first = open(path).read().strip()
-print(first, flush=True)
-deadline = time.time() + 60
-while time.time() < deadline:
-    now = open(path).read().strip()
-    if now != first:
-        print(now, flush=True)
-        break
-    time.sleep(0.1)
-"""
 
 
 def test_a_run_that_may_shrink_its_gpus_gives_some_back_to_calls_that_wait(tmp_path):
