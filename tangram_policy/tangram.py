@@ -533,7 +533,10 @@ class TangramPolicy:
         classes: dict[tuple[object, ...], _Class] = {}
         shapes: dict[Shape, int] = {}
         signatures: dict[int, tuple[tuple[str, float], ...]] = {}
-        batchable: dict[tuple[str, str, str], list[Entry]] = {}
+        #: Batchable entries by key, tenant, type and GPU flags: a batch's class takes
+        #: its head's flags, so one member that may split or shrink its GPUs must not
+        #: lend them to another that may not.
+        batchable: dict[tuple[str, str, str, bool, bool], list[Entry]] = {}
         #: Where an action's entry goes, by what decides it (demand by identity).
         targets: dict[tuple[object, ...], _Target] = {}
         aging = config.aging_rate
@@ -564,7 +567,14 @@ class TangramPolicy:
             if target is None:
                 tenant = action.tenant
                 if batching and action.batch_key is not None and action.batch_limit > 1:
-                    entries = batchable.setdefault((action.batch_key, tenant, action.type), [])
+                    batch = (
+                        action.batch_key,
+                        tenant,
+                        action.type,
+                        action.may_split_gpus,
+                        action.may_shrink_gpus,
+                    )
+                    entries = batchable.setdefault(batch, [])
                 else:
                     signature = signatures.get(id(demand))
                     if signature is None:

@@ -910,6 +910,21 @@ def test_an_action_that_may_split_its_gpus_takes_and_grows_into_any_group() -> N
         assert grown.units == 4 and {g in groups[0] for g in grown.gpus} == {True, False}
 
 
+def test_a_batch_key_shared_by_work_that_may_split_and_work_that_may_not() -> None:
+    """A batch's class takes its head's GPU flags: a 1-GPU call that may split its
+    GPUs, first in line, put a 3-GPU call of the same key, which may not, across
+    both NVLink groups (and gave itself 3 GPUs). Found by the deep fuzz at stop 64."""
+    groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
+    node = Node("n", {"cpu": 2.0, "gpu": 8.0}, frozenset({"reward"}), gpu_groups=groups)
+    batched = {"type": "reward", "batch_key": "rm", "batch_limit": 2}
+    one = _action("one", demand={"cpu": 1.0, "gpu": 1.0}, may_split_gpus=True, **batched)
+    three = _action("three", demand={"cpu": 1.0, "gpu": 3.0}, **batched)
+    decision = get_policy("tangram").decide(_snapshot([node], [one, three]))
+    placed = {p.action_id: p for p in decision.placements}
+    assert len(placed["one"].gpus) == 1
+    assert any(set(placed["three"].gpus) <= set(group) for group in groups)
+
+
 def test_fifo_hands_out_free_gpu_ids_in_order() -> None:
     groups = (("g0", "g1", "g2", "g3"), ("g4", "g5", "g6", "g7"))
     node = Node("g", {"gpu": 8.0, "cpu": 64.0}, frozenset({"train"}), gpu_groups=groups)
