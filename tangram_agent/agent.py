@@ -380,7 +380,7 @@ class Agent:
         held_gpus = [str(gpu) for gpu in run.assignment.get("gpus") or ()]
         gpus = [str(gpu) for gpu in resize.get("gpus", held_gpus)]
         # GPUs only ever go down, to some of those held.
-        fewer_gpus = gpus != held_gpus and set(gpus) < set(held_gpus)
+        fewer_gpus = set(gpus) < set(held_gpus)
         if cpus <= 0 or (cpus == held and not fewer_gpus):
             log.debug("ignoring resize of %s attempt %d to cpu %g from %g", *key, cpus, held)
             return

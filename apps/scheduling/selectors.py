@@ -460,7 +460,7 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
                     hint,
                     done_s,
                     held_gpus if gives_gpus_back else (),
-                    positions if gives_gpus_back and positions else (),
+                    (positions or ()) if gives_gpus_back else (),
                 )
             )
     return out
