@@ -112,6 +112,16 @@ def partial_view(snapshot: Snapshot) -> Snapshot:
     )
 
 
+def gpu_group_positions(
+    groups: Iterable[Iterable[str]], gpus: Iterable[str]
+) -> tuple[int, ...] | None:
+    """Where each of ``gpus``' interconnect group is in ``groups`` (a node's whole
+    ones, as ``Resizable.gpu_groups`` holds them); None if one is in none of them."""
+    where = {gpu: at for at, group in enumerate(groups) for gpu in group}
+    positions = tuple(where.get(gpu, -1) for gpu in gpus)
+    return None if -1 in positions else positions
+
+
 def take_gpus(groups: list[list[str]], gpus: tuple[str, ...], count: int) -> tuple[str, ...]:
     """Take ``gpus`` out of the free ``groups``; when their ids are unknown, the first
     ``count`` free ids in group order. Returns the ids taken."""

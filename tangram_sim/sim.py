@@ -44,7 +44,7 @@ from tangram_policy.estimate import (
     type_priors,
     work_at_min_units,
 )
-from tangram_policy.pool import gpu_group_size, primary_kind, take_gpus
+from tangram_policy.pool import gpu_group_positions, gpu_group_size, primary_kind, take_gpus
 from tangram_policy.registry import get_policy
 from tangram_policy.types import (
     EPSILON,
@@ -111,14 +111,12 @@ class _Node:
         #: Keys of ``warm`` whose setup has not ended yet.
         self.setting_up: set[str] = set()
 
-    def group_of(self, gpu: str) -> int:
-        """The position of ``gpu``'s interconnect group in ``gpu_groups``."""
-        return next(i for i, group in enumerate(self.gpu_groups) if gpu in group)
-
-    def free_gpus(self, gpus: Iterable[str]) -> None:
+    def free_gpus(self, gpus: tuple[str, ...]) -> None:
         """Put ``gpus`` back among the free ones, each in its group."""
-        for gpu in gpus:
-            free = self.gpu_free[self.group_of(gpu)]
+        positions = gpu_group_positions(self.gpu_groups, gpus)
+        assert positions is not None, f"{self.id} has no GPU among {gpus}"
+        for gpu, position in zip(gpus, positions, strict=True):
+            free = self.gpu_free[position]
             if gpu not in free:
                 free.append(gpu)
                 free.sort()
@@ -902,7 +900,7 @@ class Simulation:
                     a.type.id,
                     done_s=a.base_s * (1.0 - self._left(a)),
                     gpus=gpus,
-                    gpu_groups=tuple(node.group_of(gpu) for gpu in gpus),
+                    gpu_groups=gpu_group_positions(node.gpu_groups, gpus) or (),
                 )
             )
         return tuple(out)
@@ -1136,7 +1134,7 @@ class Simulation:
         action.units = resize.units
         action.run_s = action.base_s / speedup(elasticity, resize.units)
         if gives_gpus:
-            node.free_gpus(gpu for gpu in action.gpus if gpu not in resize.gpus)
+            node.free_gpus(tuple(gpu for gpu in action.gpus if gpu not in resize.gpus))
             action.gpus = resize.gpus
             if node.splits(action.gpus):
                 action.run_s *= action.type.split_gpus_slowdown

@@ -39,7 +39,7 @@ from apps.inventory.models import Node, WarmKeyUse
 from apps.tenants.models import Quota
 from tangram_agent.protocol import GPU_RESIZE_PROTOCOL, RESIZE_PROTOCOL, SHRINK_PROTOCOL
 from tangram_policy.estimate import decayed_mean, speedup, trajectory_stat
-from tangram_policy.pool import gpu_group_size, primary_kind
+from tangram_policy.pool import gpu_group_positions, gpu_group_size, primary_kind
 from tangram_policy.registry import keeps_gpu_groups
 from tangram_policy.types import (
     EPSILON,
@@ -434,7 +434,7 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
         may_shrink_gpus, gpus, node_groups = row[12:]
         elasticity = decoded.get("elasticity", elasticity_text, _elasticity)
         held_gpus: tuple[str, ...] = tuple(map(str, gpus))
-        positions = _group_positions(node_groups, held_gpus) if may_shrink_gpus else None
+        positions = gpu_group_positions(node_groups, held_gpus) if may_shrink_gpus else None
         gives_gpus_back = (
             may_shrink_gpus
             and elasticity.unit_kind == "gpu"
@@ -464,15 +464,6 @@ def _resizable(decoded: _Decoded, now: datetime) -> list[Resizable]:
                 )
             )
     return out
-
-
-def _group_positions(groups: list[list[str]], gpus: tuple[str, ...]) -> tuple[int, ...] | None:
-    """Where each of ``gpus``' interconnect groups is in its node's ``gpu_groups``;
-    None if one is in none of them."""
-    where = {gpu: at for at, group in enumerate(groups) for gpu in group}
-    if not all(gpu in where for gpu in gpus):
-        return None
-    return tuple(where[gpu] for gpu in gpus)
 
 
 def scheduling_snapshot() -> Snapshot:

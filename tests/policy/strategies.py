@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tangram_policy.estimate import trajectory_update
+from tangram_policy.pool import gpu_group_positions
 from tangram_policy.types import (
     BatchStat,
     DurationStat,
@@ -161,10 +162,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                     "reward",
                     done_s=draw(st.floats(0.0, 120.0)),
                     gpus=held,
-                    gpu_groups=tuple(
-                        next(at for at, group in enumerate(node.gpu_groups) if gpu in group)
-                        for gpu in held
-                    ),
+                    gpu_groups=gpu_group_positions(node.gpu_groups, held) or (),
                 )
             )
         elif cpu >= 2 and draw(st.booleans()):  # an elastic action at one unit per core
