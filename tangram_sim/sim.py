@@ -888,7 +888,10 @@ class Simulation:
                     or node.free.get(kind, 0.0) + EPSILON < a.allocation[kind] / units
                 ):
                     continue
-            gpus = a.gpus if gives_gpus else ()
+            gpus: tuple[str, ...] = ()
+            groups: tuple[int, ...] | None = ()
+            if gives_gpus:
+                gpus, groups = a.gpus, gpu_group_positions(node.gpu_groups, a.gpus)
             out.append(
                 Resizable(
                     a.id,
@@ -900,7 +903,7 @@ class Simulation:
                     a.type.id,
                     done_s=a.base_s * (1.0 - self._left(a)),
                     gpus=gpus,
-                    gpu_groups=gpu_group_positions(node.gpu_groups, gpus) or (),
+                    gpu_groups=groups or (),
                 )
             )
         return tuple(out)
