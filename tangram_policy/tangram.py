@@ -1355,7 +1355,7 @@ class _Round:
         lent: dict[tuple[str, str], list[Resizable]] = {}
         for held in resizable:
             if held.units > held.min_units and held.node in pool.free and held.unit > 0:
-                if (held.gpus or held.unit_kind == "gpu") and not (
+                if held.gpus and not (
                     held.unit == 1 and len(held.gpus) == held.units and held.node in pool.gpu_free
                 ):
                     continue  # GPUs come back by id, one a unit
