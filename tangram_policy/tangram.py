@@ -849,6 +849,8 @@ class _Round:
         self.out: list[Placement] = []
         #: Placed single actions that may take more units than their minimum, by gain group.
         self.gain_groups: list[_GainGroup] = []
+        #: Whether one of them lends its extra GPUs (``_GainGroup.shrinks_gpus``).
+        self.lends_gpus = False
         #: Shapes that found no room: room only shrinks within a round.
         self.no_room: set[int] = set()
         #: Kinds some action waits for, with the nodes it runs on: later actions
@@ -1086,6 +1088,7 @@ class _Round:
                     cls.tenant, cls.demand, *alike, cls.split_gpus, lends_gpus
                 )
                 self.gain_groups.append(group)
+                self.lends_gpus |= lends_gpus
             group.outs.append(len(out))
         out.append(_placement(head.id, node_id, dict(cls.demand), units, None, gpus))
         return True
@@ -1733,7 +1736,6 @@ class _Round:
         #: GPUs, where some placement's extra ones are lent (it may give them back):
         #: the headroom the others leave (``budget`` does not hold it back then).
         kept_free: dict[str, float] = {}
-        gives_gpus_back = any(group.shrinks_gpus for group in self.gain_groups)
         #: Per (node, kind contended), whether an action short of it fits there
         #: in its other kinds (``_wanted_on``): lent units grow only where none does.
         wanted: dict[tuple[str, str], bool] = {}
@@ -1741,7 +1743,7 @@ class _Round:
             if total <= 0 or kind in self.reserved_all:
                 continue
             lent[kind] = self._lent(kind)
-            some_lent = lent[kind] or (gives_gpus_back and kind == "gpu")
+            some_lent = lent[kind] or (self.lends_gpus and kind == "gpu")
             if kind in self.contended and not some_lent:
                 continue
             headroom = 0.0 if lent[kind] else config.headroom * total
