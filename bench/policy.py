@@ -7,6 +7,7 @@
     python -m bench.policy fixtures/workloads/longtail.yaml --hints 0.5
     python -m bench.policy fixtures/workloads/protect.yaml --remaining-hints 1
     python -m bench.policy fixtures/workloads/gpuburst.yaml --by-type
+    python -m bench.policy fixtures/workloads/rm.yaml --by-step
 
 Metrics pool all seeds' actions and steps; ``min_ratio`` columns are the worst
 seed, so a ratio that holds there holds on every seed. ``--savings`` bisects
@@ -18,7 +19,8 @@ lognormal factor of mean 1 and that coefficient of variation (0: exact);
 will still run after it (``remaining_hint_s``), off likewise.
 ``--by-type`` tells where each action type's ACT went: its mean wait in the
 queue (the rest is setup, start and run) and the units it ended on (the JSON
-has these always, as ``by_type``).
+has these always, as ``by_type``); ``--by-step`` the same in each step of its
+task, where a cold start shows in the first (``by_step``).
 """
 
 from __future__ import annotations
@@ -53,13 +55,12 @@ def aggregate(results: list[SimResult]) -> dict[str, Any]:
         return sum(values) / len(values)
 
     types: dict[tuple[str, str], TypeTotals] = {}
+    steps_of_types: dict[tuple[str, str, int], TypeTotals] = {}
     for result in results:
         for key, totals in result.type_totals.items():
-            pooled = types.setdefault(key, TypeTotals())
-            pooled.actions += totals.actions
-            pooled.act_s += totals.act_s
-            pooled.wait_s += totals.wait_s
-            pooled.units += totals.units
+            types.setdefault(key, TypeTotals()).pool(totals)
+        for step_key, totals in result.step_totals.items():
+            steps_of_types.setdefault(step_key, TypeTotals()).pool(totals)
     shortfall: dict[str, dict[str, float]] = {}
     for result in results:
         for tenant, by_kind in result.shortfall.items():
@@ -77,15 +78,12 @@ def aggregate(results: list[SimResult]) -> dict[str, Any]:
             tenant: dict(sorted(by_kind.items())) for tenant, by_kind in sorted(shortfall.items())
         },
         "by_type": [
-            {
-                "tenant": tenant,
-                "type": type_,
-                "actions": totals.actions,
-                "mean_act_s": totals.act_s / totals.actions,
-                "mean_wait_s": totals.wait_s / totals.actions,
-                "mean_units": totals.units / totals.actions,
-            }
+            {"tenant": tenant, "type": type_, **_means(totals)}
             for (tenant, type_), totals in sorted(types.items())
+        ],
+        "by_step": [
+            {"tenant": tenant, "type": type_, "step": step + 1, **_means(totals)}
+            for (tenant, type_, step), totals in sorted(steps_of_types.items())
         ],
         "p50_act_s": quantile(acts, 0.50),
         "p95_act_s": quantile(acts, 0.95),
@@ -101,6 +99,15 @@ def aggregate(results: list[SimResult]) -> dict[str, Any]:
             {"seed": r.seed, "mean_act_s": s["mean_act_s"], "mean_step_s": s["mean_step_s"]}
             for r, s in zip(results, summaries, strict=True)
         ],
+    }
+
+
+def _means(totals: TypeTotals) -> dict[str, Any]:
+    return {
+        "actions": totals.actions,
+        "mean_act_s": totals.act_s / totals.actions,
+        "mean_wait_s": totals.wait_s / totals.actions,
+        "mean_units": totals.units / totals.actions,
     }
 
 
@@ -249,7 +256,7 @@ def _hours(value: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.1f}" for k, v in shown.items())
 
 
-def table(report: dict[str, Any], by_type: bool = False) -> str:
+def table(report: dict[str, Any], by_type: bool = False, by_step: bool = False) -> str:
     policies: dict[str, dict[str, Any]] = report["policies"]
     lines = [
         f"workload {report['workload']}  seeds {report['seeds']}",
@@ -274,6 +281,8 @@ def table(report: dict[str, Any], by_type: bool = False) -> str:
         lines += _shortfall_lines(policies)
     if by_type:
         lines += ["", *_type_lines(policies)]
+    if by_step:
+        lines += ["", *_type_lines(policies, by_step=True)]
     if report["ratios"]:
         lines += ["", f"{'ratio (baseline / tangram)':<34}{'ACT':>8}{'worst seed':>12}"]
         lines[-1] += f"{'step':>8}{'worst seed':>12}"
@@ -321,19 +330,23 @@ def _shortfall_lines(policies: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _type_lines(policies: dict[str, dict[str, Any]]) -> list[str]:
-    """Per action type and policy: mean ACT / mean wait, and units at the end (``xU``)."""
-    rows: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+def _type_lines(policies: dict[str, dict[str, Any]], by_step: bool = False) -> list[str]:
+    """Per action type (and step of its task) and policy: mean ACT / mean wait, and
+    units at the end (``xU``)."""
+    rows: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
     for name, m in policies.items():
-        for row in m["by_type"]:
-            rows.setdefault((row["tenant"], row["type"]), {})[name] = row
-    label = max([len(f"{t} {a} (000000)") for t, a in rows] + [36])
-    lines = [
-        f"{'mean ACT / wait s, xunits':<{label}}" + "".join(f"{name:>23}" for name in policies)
-    ]
-    for (tenant, type_), cells in sorted(rows.items()):
+        for row in m["by_step" if by_step else "by_type"]:
+            rows.setdefault((row["tenant"], row["type"], row.get("step", 0)), {})[name] = row
+
+    def name_of(tenant: str, type_: str, step: int) -> str:
+        return f"{tenant} {type_} step {step}" if by_step else f"{tenant} {type_}"
+
+    label = max([len(f"{name_of(*key)} (000000)") for key in rows] + [36])
+    header = "mean ACT / wait s, xunits" + (" by step" if by_step else "")
+    lines = [f"{header:<{label}}" + "".join(f"{name:>23}" for name in policies)]
+    for key, cells in sorted(rows.items()):
         count = max(row["actions"] for row in cells.values())
-        line = f"{f'{tenant} {type_} ({count})':<{label}}"
+        line = f"{f'{name_of(*key)} ({count})':<{label}}"
         for name in policies:
             row = cells.get(name)
             line += (
@@ -423,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--by-type", action="store_true", help="also each action type's mean ACT, wait and units"
     )
+    parser.add_argument(
+        "--by-step", action="store_true", help="also those in each step of the type's task"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     workload = parse_workload(parser, args.workload)
@@ -458,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(table(report, by_type=args.by_type))
+        print(table(report, by_type=args.by_type, by_step=args.by_step))
     return 0
 
 

@@ -316,6 +316,18 @@ class TypeTotals:
     #: Units held at the end, summed (elastic actions grow and shrink on the way).
     units: int = 0
 
+    def add(self, act_s: float, wait_s: float, units: int) -> None:
+        self.actions += 1
+        self.act_s += act_s
+        self.wait_s += wait_s
+        self.units += units
+
+    def pool(self, other: TypeTotals) -> None:
+        self.actions += other.actions
+        self.act_s += other.act_s
+        self.wait_s += other.wait_s
+        self.units += other.units
+
 
 @dataclass(slots=True)
 class SimResult:
@@ -331,6 +343,9 @@ class SimResult:
     records: list[ActionRecord] = field(default_factory=list)
     #: Per (tenant, action type).
     type_totals: dict[tuple[str, str], TypeTotals] = field(default_factory=dict)
+    #: Per (tenant, action type, step of its task, from 0), for the RL loop's
+    #: actions: a cold start shows in the first step.
+    step_totals: dict[tuple[str, str, int], TypeTotals] = field(default_factory=dict)
     #: Per tenant and guaranteed kind, the unit-seconds of its guarantee it asked
     #: for while others held it (``Simulation._accrue_shortfall``).
     shortfall: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -423,6 +438,7 @@ class Simulation:
         self._loads: dict[tuple[str, str], _Load] = {}
         self.acts: list[float] = []
         self.type_totals: dict[tuple[str, str], TypeTotals] = {}
+        self.step_totals: dict[tuple[str, str, int], TypeTotals] = {}
         self.steps: list[float] = []
         self.busy: dict[str, float] = {}
         #: Per tenant and kind, the demand of its pending actions at their minimum.
@@ -582,6 +598,7 @@ class Simulation:
             seed=self.workload.seed,
             acts=self.acts,
             type_totals=self.type_totals,
+            step_totals=self.step_totals,
             steps=self.steps,
             makespan_s=self._makespan,
             capacity=self.capacity,
@@ -1219,15 +1236,19 @@ class Simulation:
         act = self.now - action.origin
         self.acts.append(act)
         key = (action.tenant, action.type.id)
+        wait = action.started - action.origin
         totals = self.type_totals.get(key)
         if totals is None:
             totals = self.type_totals[key] = TypeTotals()
-        totals.actions += 1
-        totals.act_s += act
-        totals.wait_s += action.started - action.origin
-        totals.units += action.units
+        totals.add(act, wait, action.units)
         work = work_at_min_units(action.type.elasticity, action.run_s, action.units)
         trajectory = action.trajectory
+        if trajectory is not None:
+            step_key = (*key, trajectory.step)
+            totals = self.step_totals.get(step_key)
+            if totals is None:
+                totals = self.step_totals[step_key] = TypeTotals()
+            totals.add(act, wait, action.units)
         if trajectory is not None and action.position is not None:
             # A batch member's work is its batch's run.
             trajectory.works.append((action.position, action.type.id, work))

@@ -1091,6 +1091,38 @@ def test_the_bench_tells_where_each_type_s_act_went() -> None:
     assert all(f"x{tangram[line.split()[1]]['mean_units']:.2f}" in line for line in shown)
 
 
+def test_the_bench_tells_each_step_s_act_where_a_cold_start_shows_in_the_first() -> None:
+    """``--by-step``: per action type and step of its task; the steps' rows add up
+    to the type's, and rm's 90 s model load falls on its first step alone."""
+    from bench.policy import aggregate, table
+
+    workload = load_workload(WORKLOADS / "rm.yaml")
+    report: dict[str, Any] = {"workload": "rm", "seeds": [1, 2], "ratios": {}, "wall_s": 0.0}
+    report["policies"] = {
+        name: aggregate([simulate(workload.with_seed(seed), name) for seed in (1, 2)])
+        for name in ("fifo", "tangram")
+    }
+    for metrics in report["policies"].values():
+        (by_type,) = metrics["by_type"]
+        steps = metrics["by_step"]
+        assert [row["step"] for row in steps] == [1, 2, 3, 4]
+        assert {row["type"] for row in steps} == {by_type["type"]}
+        assert [row["actions"] for row in steps] == [2 * 512] * 4
+        pooled = sum(row["mean_act_s"] * row["actions"] for row in steps) / metrics["actions"]
+        assert pooled == pytest.approx(by_type["mean_act_s"])
+        first, *rest = (row["mean_wait_s"] for row in steps)
+        assert first > 60 + max(rest)  # most of the load is waited for, in step 1 only
+    lines = table(report, by_step=True).splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("mean ACT / wait")))
+    assert lines[header].split()[-3:] == ["step", "fifo", "tangram"]
+    shown = lines[header + 1 : header + 5]
+    tangram = report["policies"]["tangram"]["by_step"]
+    assert [line.split()[:4] for line in shown] == [
+        ["team-rm", "rm.score", "step", str(step)] for step in (1, 2, 3, 4)
+    ]
+    assert all(f"{row['mean_act_s']:.2f}" in line for row, line in zip(tangram, shown, strict=True))
+
+
 def test_a_run_that_gets_stuck_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Static's sandbox counts against the tenant's 1-core limit while its reward,
     which needs a core too, waits: the bench names the action, tenant and limit."""
