@@ -1259,6 +1259,26 @@ def test_unseen_workloads_are_valid_and_depend_only_on_the_seed() -> None:
         assert {task.tenant for task in workload.tasks} <= set(workload.quotas)
 
 
+def test_the_unseen_summary_counts_wins_pooled_and_on_every_seed() -> None:
+    """A draw ahead pooled but behind on one seed counts once, not twice; each worst
+    is named, pooled and on a seed; a stuck run is counted apart."""
+    from bench.unseen import beaten
+
+    def row(name: str, fifo: list[float]) -> dict[str, Any]:
+        return {"workload": name, "act_vs_fifo": fifo}
+
+    rows = [row("a", [1.20, 1.10]), row("b", [1.05, 0.97]), row("c", [1.10, 1.08])]
+    rows += [{"workload": "d", "error": "stuck"}]
+    lines = beaten(
+        [{**r, "act_vs_partitioned": [2.0, 2.0], "act_vs_static": [3.0, 3.0]} for r in rows]
+    ).splitlines()
+    assert lines[0] == (
+        "ACT vs fifo         better on 3 of 3 (2 on every seed); geometric mean 1.11x;"
+        " worst 1.05x (b), on a seed 0.97x (b)"
+    )
+    assert lines[-1] == "1 runs got stuck"
+
+
 def test_the_unseen_bench_judges_each_workload_and_keeps_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
