@@ -17,8 +17,9 @@ offline jobs), with their sizes, durations, setups and quotas drawn too; one
 to three tenants sharing guarantees of the pool; and a pool drawn between a
 quarter and all of the cores ``static``'s sandboxes need (``--pool-share``).
 ``bench.targets`` judges each (same policies, seeds and verdicts), and the
-summary counts how often tangram beats ``fifo`` and ``partitioned``. ``--keep
-DIR`` writes each workload's YAML, so that ``bench.policy`` can replay any row.
+summary counts how often tangram beats ``fifo`` and ``partitioned``, pooled
+and on every seed. ``--keep DIR`` writes each workload's YAML, so that
+``bench.policy`` can replay any row.
 
 ``--split-slowdown`` also draws what a split over NVLink groups costs each
 multi-GPU type (1x otherwise), apart from the rest of the draw; with
