@@ -531,10 +531,8 @@ def beaten(rows: list[dict[str, Any]]) -> str:
     and its worst draw each way."""
     judged = [row for row in rows if "error" not in row]
     lines = []
-    for base in ("fifo", "partitioned", "static"):
+    for base in ("fifo", "partitioned", "static") if judged else ():
         key = f"act_vs_{base}"
-        if not judged:
-            continue
         pooled = [row[key][0] for row in judged]
         wins = sum(ratio > 1.0 for ratio in pooled)
         every_seed = sum(row[key][1] > 1.0 for row in judged)

@@ -1249,9 +1249,9 @@ class Simulation:
             if totals is None:
                 totals = self.step_totals[step_key] = TypeTotals()
             totals.add(act, wait, action.units)
-        if trajectory is not None and action.position is not None:
-            # A batch member's work is its batch's run.
-            trajectory.works.append((action.position, action.type.id, work))
+            if action.position is not None:
+                # A batch member's work is its batch's run.
+                trajectory.works.append((action.position, action.type.id, work))
         if action.batch is None:
             self.stats[key] = stat_update(self.stats.get(key), work)
         else:  # what a scheduler sees of a batch: its members and how long it ran
