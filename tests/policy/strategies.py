@@ -145,26 +145,14 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             )
         )
         if len(held) >= 2 and draw(st.booleans()):  # a run that can give GPUs back
+            units = len(held)
             elasticity = Elasticity(
-                draw(st.integers(1, len(held) - 1)),
-                len(held) + draw(st.integers(0, 2)),
+                draw(st.integers(1, units - 1)),
+                units + draw(st.integers(0, 2)),
                 draw(st.floats(0.0, 1.0)),
                 unit_kind="gpu",
             )
-            resizable.append(
-                Resizable(
-                    f"r{i}",
-                    tenant,
-                    node.id,
-                    allocation,
-                    len(held),
-                    elasticity,
-                    "reward",
-                    done_s=draw(st.floats(0.0, 120.0)),
-                    gpus=held,
-                    gpu_groups=gpu_group_positions(node.gpu_groups, held) or (),
-                )
-            )
+            type_, gpus = "reward", held
         elif cpu >= 2 and draw(st.booleans()):  # an elastic action at one unit per core
             units = int(cpu)
             elasticity = Elasticity(
@@ -172,18 +160,23 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 units + draw(st.integers(0, 4)),
                 draw(st.floats(0.0, 1.0)),
             )
-            resizable.append(
-                Resizable(
-                    f"r{i}",
-                    tenant,
-                    node.id,
-                    allocation,
-                    units,
-                    elasticity,
-                    draw(st.sampled_from(TYPES)),
-                    done_s=draw(st.floats(0.0, 120.0)),
-                )
+            type_, gpus = draw(st.sampled_from(TYPES)), ()
+        else:
+            continue
+        resizable.append(
+            Resizable(
+                f"r{i}",
+                tenant,
+                node.id,
+                allocation,
+                units,
+                elasticity,
+                type_,
+                done_s=draw(st.floats(0.0, 120.0)),
+                gpus=gpus,
+                gpu_groups=gpu_group_positions(node.gpu_groups, gpus) or (),
             )
+        )
     stats = {
         (tenant, kind): DurationStat(draw(st.integers(1, 50)), draw(st.floats(0.5, 60.0)))
         for tenant in TENANTS
